@@ -1,0 +1,530 @@
+#include "hlo/builder.h"
+
+#include <cstring>
+#include <sstream>
+
+namespace hlo {
+namespace {
+
+std::string join(const Dims& d) {
+  std::string s;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(d[i]);
+  }
+  return s;
+}
+
+std::string list(const Dims& d) { return "[" + join(d) + "]"; }
+
+std::string padding_attr(const std::vector<std::pair<int64_t, int64_t>>& p) {
+  std::string s = "dense<";
+  if (p.empty()) return "dense<> : tensor<0x2xi64>";
+  s += "[";
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (i) s += ", ";
+    s += "[" + std::to_string(p[i].first) + ", " + std::to_string(p[i].second) + "]";
+  }
+  s += "]> : tensor<" + std::to_string(p.size()) + "x2xi64>";
+  return s;
+}
+
+const char* cmp_name(Cmp c) {
+  switch (c) {
+    case Cmp::EQ: return "EQ";
+    case Cmp::NE: return "NE";
+    case Cmp::LT: return "LT";
+    case Cmp::LE: return "LE";
+    case Cmp::GT: return "GT";
+    case Cmp::GE: return "GE";
+  }
+  return "EQ";
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw Error("hlo: " + what);
+}
+
+}  // namespace
+
+std::string dims_attr(const Dims& d) { return "array<i64" + (d.empty() ? std::string() : ": " + join(d)) + ">"; }
+
+int64_t Type::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::string Type::str() const {
+  std::string s = "tensor<";
+  for (int64_t d : dims) s += std::to_string(d) + "x";
+  s += pjrt::mlir_name(elem);
+  s += ">";
+  return s;
+}
+
+std::string Builder::name(const Value& v) const {
+  require(v.valid(), "use of an invalid value");
+  return "%v" + std::to_string(v.id);
+}
+
+Value Builder::fresh(Type t) { return Value{next_id_++, std::move(t)}; }
+
+Value Builder::arg(Type type, const std::string& attrs) {
+  Value v = fresh(type);
+  args_.emplace_back(type, attrs);
+  arg_ids_.push_back(v.id);
+  return v;
+}
+
+void Builder::ret(const std::vector<Value>& results) {
+  require(!returned_, "ret called twice");
+  returned_ = true;
+  for (const auto& r : results) {
+    results_.push_back(r.type);
+    result_ids_.push_back(r.id);
+  }
+}
+
+std::string Builder::module_text(const std::string& name) const {
+  require(returned_, "module has no return");
+  std::string s = "module @" + name +
+                  " attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
+                  "  func.func public @main(";
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (i) s += ", ";
+    s += "%v" + std::to_string(arg_ids_[i]) + ": " + args_[i].first.str();
+    if (!args_[i].second.empty()) s += " {" + args_[i].second + "}";
+  }
+  s += ") -> (";
+  for (size_t i = 0; i < results_.size(); ++i) {
+    if (i) s += ", ";
+    s += results_[i].str();
+  }
+  s += ") {\n" + body_ + "    \"func.return\"(";
+  for (size_t i = 0; i < result_ids_.size(); ++i) {
+    if (i) s += ", ";
+    s += ref(Value{result_ids_[i], results_[i]});
+  }
+  s += ") : (";
+  for (size_t i = 0; i < results_.size(); ++i) {
+    if (i) s += ", ";
+    s += results_[i].str();
+  }
+  s += ") -> ()\n  }\n}\n";
+  return s;
+}
+
+std::vector<Value> Builder::emit(const std::string& op, const std::vector<Value>& operands,
+                                 const std::string& attrs, const std::vector<Type>& results,
+                                 const std::vector<std::string>& regions) {
+  std::vector<Value> out;
+  std::string& o = *out_;
+  o.append(indent_, ' ');
+  // A multi-result op binds a group `%gM:k`; its results get consecutive ids referenced as %gM#i.
+  if (results.size() == 1) {
+    out.push_back(fresh(results[0]));
+    o += name(out[0]) + " = ";
+  } else if (results.size() > 1) {
+    int group = next_id_++;
+    o += "%g" + std::to_string(group) + ":" + std::to_string(results.size()) + " = ";
+    for (size_t i = 0; i < results.size(); ++i) out.push_back(fresh(results[i]));
+    aliases_.push_back({group, out.front().id, static_cast<int>(results.size())});
+  }
+  o += "\"" + op + "\"(";
+  for (size_t i = 0; i < operands.size(); ++i) {
+    if (i) o += ", ";
+    o += ref(operands[i]);
+  }
+  o += ")";
+  if (!regions.empty()) {
+    o += " (";
+    for (size_t i = 0; i < regions.size(); ++i) {
+      if (i) o += ", ";
+      o += regions[i];
+    }
+    o += ")";
+  }
+  if (!attrs.empty()) o += " {" + attrs + "}";
+  o += " : (";
+  for (size_t i = 0; i < operands.size(); ++i) {
+    if (i) o += ", ";
+    o += operands[i].type.str();
+  }
+  o += ") -> ";
+  if (results.size() == 1) {
+    o += results[0].str();
+  } else {
+    o += "(";
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (i) o += ", ";
+      o += results[i].str();
+    }
+    o += ")";
+  }
+  o += "\n";
+  return out;
+}
+
+std::string Builder::region(const std::vector<Type>& arg_types, const Body& body) {
+  std::string text = "{\n";
+  std::string* saved = out_;
+  int saved_indent = indent_;
+  out_ = &text;
+  indent_ = saved_indent + 4;
+  std::vector<Value> block_args;
+  text.append(saved_indent + 2, ' ');
+  text += "^bb0(";
+  for (size_t i = 0; i < arg_types.size(); ++i) {
+    Value v = fresh(arg_types[i]);
+    block_args.push_back(v);
+    if (i) text += ", ";
+    text += name(v) + ": " + v.type.str();
+  }
+  text += "):\n";
+  std::vector<Value> results = body(*this, block_args);
+  text.append(indent_, ' ');
+  text += "\"stablehlo.return\"(";
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (i) text += ", ";
+    text += ref(results[i]);
+  }
+  text += ") : (";
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (i) text += ", ";
+    text += results[i].type.str();
+  }
+  text += ") -> ()\n";
+  text.append(saved_indent, ' ');
+  text += "}";
+  out_ = saved;
+  indent_ = saved_indent;
+  return text;
+}
+
+std::string Builder::ref(const Value& v) const {
+  for (const auto& a : aliases_) {
+    if (v.id >= a.first_id && v.id < a.first_id + a.count) {
+      return "%g" + std::to_string(a.group) + "#" + std::to_string(v.id - a.first_id);
+    }
+  }
+  return name(v);
+}
+
+// ----------------------------------------------------------------------------------------- constants
+
+Value Builder::constant(double v, const Type& type) {
+  Value c;
+  if (type.elem == ElementType::kPred) {
+    c = emit("stablehlo.constant", {}, std::string("value = dense<") + (v != 0 ? "true" : "false") + "> : tensor<i1>",
+             {Type{ElementType::kPred, {}}})[0];
+  } else if (pjrt::is_integral(type.elem)) {
+    return constant_i(static_cast<int64_t>(v), type);
+  } else {
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "0x%016llX", static_cast<unsigned long long>(bits));
+    c = emit("stablehlo.constant", {}, std::string("value = dense<") + hex + "> : tensor<f64>",
+             {Type{ElementType::kF64, {}}})[0];
+    if (pjrt::is_complex(type.elem)) {
+      Value re = convert(c, pjrt::real_type(type.elem));
+      Value im = convert(scalar(0.0, ElementType::kF64), pjrt::real_type(type.elem));
+      c = complex(re, im);
+    } else {
+      c = convert(c, type.elem);
+    }
+  }
+  if (type.dims.empty()) return c;
+  return broadcast_in_dim(c, type.dims, {});
+}
+
+Value Builder::constant_i(int64_t v, const Type& type) {
+  if (!pjrt::is_integral(type.elem)) return constant(static_cast<double>(v), type);
+  Value c = emit("stablehlo.constant", {}, "value = dense<" + std::to_string(v) + "> : tensor<i64>",
+                 {Type{ElementType::kS64, {}}})[0];
+  c = convert(c, type.elem);
+  if (type.dims.empty()) return c;
+  return broadcast_in_dim(c, type.dims, {});
+}
+
+// --------------------------------------------------------------------------------------- elementwise
+
+Value Builder::binary(const char* op, Value a, Value b) {
+  require(a.type == b.type, std::string(op) + ": operand types differ: " + a.type.str() + " vs " + b.type.str());
+  return emit(std::string("stablehlo.") + op, {a, b}, "", {a.type})[0];
+}
+
+Value Builder::unary(const char* op, Value a) {
+  return emit(std::string("stablehlo.") + op, {a}, "", {a.type})[0];
+}
+
+Value Builder::unary_to(const char* op, Value a, ElementType result) {
+  return emit(std::string("stablehlo.") + op, {a}, "", {Type{result, a.type.dims}})[0];
+}
+
+Value Builder::chlo_unary(const char* op, Value a) { return emit(std::string("chlo.") + op, {a}, "", {a.type})[0]; }
+
+Value Builder::compare(Cmp dir, Value a, Value b) {
+  require(a.type == b.type, "compare: operand types differ: " + a.type.str() + " vs " + b.type.str());
+  const char* kind = "FLOAT";
+  if (pjrt::is_signed_int(a.elem())) kind = "SIGNED";
+  if (pjrt::is_unsigned_int(a.elem()) || a.elem() == ElementType::kPred) kind = "UNSIGNED";
+  std::string attrs = std::string("comparison_direction = #stablehlo<comparison_direction ") + cmp_name(dir) +
+                      ">, compare_type = #stablehlo<comparison_type " + kind + ">";
+  return emit("stablehlo.compare", {a, b}, attrs, {Type{ElementType::kPred, a.type.dims}})[0];
+}
+
+Value Builder::select(Value pred, Value on_true, Value on_false) {
+  require(on_true.type == on_false.type, "select: branch types differ");
+  require(pred.elem() == ElementType::kPred, "select: predicate is not i1");
+  if (pred.dims() != on_true.dims()) pred = broadcast_to(pred, on_true.dims());
+  return emit("stablehlo.select", {pred, on_true, on_false}, "", {on_true.type})[0];
+}
+
+Value Builder::clamp(Value lo, Value x, Value hi) {
+  return emit("stablehlo.clamp", {lo, x, hi}, "", {x.type})[0];
+}
+
+Value Builder::complex(Value re, Value im) {
+  require(re.type == im.type, "complex: part types differ");
+  ElementType t = re.elem() == ElementType::kF64 ? ElementType::kC128 : ElementType::kC64;
+  return emit("stablehlo.complex", {re, im}, "", {Type{t, re.dims()}})[0];
+}
+
+Value Builder::convert(Value a, ElementType to) {
+  if (a.elem() == to) return a;
+  if (pjrt::is_complex(a.elem()) && !pjrt::is_complex(to)) {
+    // torch semantics: complex -> real drops the imaginary part
+    a = unary_to("real", a, pjrt::real_type(a.elem()));
+    return convert(a, to);
+  }
+  if (to == ElementType::kPred && a.elem() != ElementType::kPred) {
+    // nonzero -> true, like torch; a plain convert would do the same but keep NaN explicit
+    return compare(Cmp::NE, a, constant(0, a.type));
+  }
+  return emit("stablehlo.convert", {a}, "", {Type{to, a.type.dims}})[0];
+}
+
+Value Builder::bitcast_convert(Value a, const Type& to) { return emit("stablehlo.bitcast_convert", {a}, "", {to})[0]; }
+
+// -------------------------------------------------------------------------------------------- shapes
+
+Value Builder::broadcast_in_dim(Value a, const Dims& out_dims, const Dims& broadcast_dims) {
+  require(static_cast<int64_t>(broadcast_dims.size()) == a.rank(), "broadcast_in_dim: rank mismatch");
+  return emit("stablehlo.broadcast_in_dim", {a}, "broadcast_dimensions = " + dims_attr(broadcast_dims),
+              {Type{a.elem(), out_dims}})[0];
+}
+
+Value Builder::broadcast_to(Value a, const Dims& out_dims) {
+  if (a.dims() == out_dims) return a;
+  int64_t shift = static_cast<int64_t>(out_dims.size()) - a.rank();
+  require(shift >= 0, "broadcast_to: cannot broadcast " + a.type.str() + " to rank " + std::to_string(out_dims.size()));
+  // Drop size-1 dims that need expanding by reshaping first; broadcast_in_dim allows 1 -> n anyway.
+  Dims bdims;
+  for (int64_t i = 0; i < a.rank(); ++i) {
+    require(a.dims()[i] == 1 || a.dims()[i] == out_dims[i + shift],
+            "broadcast_to: " + a.type.str() + " vs " + list(out_dims));
+    bdims.push_back(i + shift);
+  }
+  return broadcast_in_dim(a, out_dims, bdims);
+}
+
+Value Builder::reshape(Value a, const Dims& dims) {
+  Type t{a.elem(), dims};
+  require(t.numel() == a.type.numel(), "reshape: " + a.type.str() + " to " + t.str());
+  if (a.dims() == dims) return a;
+  return emit("stablehlo.reshape", {a}, "", {t})[0];
+}
+
+Value Builder::transpose(Value a, const Dims& perm) {
+  bool identity = true;
+  Dims out;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    identity &= perm[i] == static_cast<int64_t>(i);
+    out.push_back(a.dims().at(perm[i]));
+  }
+  if (identity) return a;
+  return emit("stablehlo.transpose", {a}, "permutation = " + dims_attr(perm), {Type{a.elem(), out}})[0];
+}
+
+Value Builder::slice(Value a, const Dims& start, const Dims& limit, const Dims& strides) {
+  Dims out;
+  bool identity = true;
+  for (size_t i = 0; i < start.size(); ++i) {
+    int64_t n = limit[i] > start[i] ? (limit[i] - start[i] + strides[i] - 1) / strides[i] : 0;
+    out.push_back(n);
+    identity &= start[i] == 0 && limit[i] == a.dims()[i] && strides[i] == 1;
+  }
+  if (identity) return a;
+  std::string attrs = "start_indices = " + dims_attr(start) + ", limit_indices = " + dims_attr(limit) +
+                      ", strides = " + dims_attr(strides);
+  return emit("stablehlo.slice", {a}, attrs, {Type{a.elem(), out}})[0];
+}
+
+Value Builder::dynamic_slice(Value a, const std::vector<Value>& starts, const Dims& sizes) {
+  std::vector<Value> ops{a};
+  ops.insert(ops.end(), starts.begin(), starts.end());
+  return emit("stablehlo.dynamic_slice", ops, "slice_sizes = " + dims_attr(sizes), {Type{a.elem(), sizes}})[0];
+}
+
+Value Builder::dynamic_update_slice(Value a, Value update, const std::vector<Value>& starts) {
+  std::vector<Value> ops{a, update};
+  ops.insert(ops.end(), starts.begin(), starts.end());
+  return emit("stablehlo.dynamic_update_slice", ops, "", {a.type})[0];
+}
+
+Value Builder::concatenate(const std::vector<Value>& parts, int64_t dim) {
+  require(!parts.empty(), "concatenate of nothing");
+  if (parts.size() == 1) return parts[0];
+  Dims out = parts[0].dims();
+  out[dim] = 0;
+  for (const auto& p : parts) out[dim] += p.dims()[dim];
+  return emit("stablehlo.concatenate", parts, "dimension = " + std::to_string(dim) + " : i64",
+              {Type{parts[0].elem(), out}})[0];
+}
+
+Value Builder::pad(Value a, Value pad_value, const Dims& low, const Dims& high, const Dims& interior) {
+  Dims out;
+  for (int64_t i = 0; i < a.rank(); ++i) {
+    int64_t n = a.dims()[i];
+    out.push_back(low[i] + high[i] + n + (n > 0 ? (n - 1) * interior[i] : 0));
+  }
+  std::string attrs = "edge_padding_low = " + dims_attr(low) + ", edge_padding_high = " + dims_attr(high) +
+                      ", interior_padding = " + dims_attr(interior);
+  return emit("stablehlo.pad", {a, pad_value}, attrs, {Type{a.elem(), out}})[0];
+}
+
+Value Builder::iota(const Type& type, int64_t dim) {
+  return emit("stablehlo.iota", {}, "iota_dimension = " + std::to_string(dim) + " : i64", {type})[0];
+}
+
+Value Builder::reverse(Value a, const Dims& dims) {
+  if (dims.empty()) return a;
+  return emit("stablehlo.reverse", {a}, "dimensions = " + dims_attr(dims), {a.type})[0];
+}
+
+Value Builder::dot_general(Value a, Value b, const Dims& lhs_batch, const Dims& rhs_batch,
+                           const Dims& lhs_contract, const Dims& rhs_contract, ElementType result) {
+  Dims out;
+  for (int64_t d : lhs_batch) out.push_back(a.dims()[d]);
+  auto free_dims = [&](const Value& v, const Dims& batch, const Dims& contract) {
+    for (int64_t i = 0; i < v.rank(); ++i) {
+      bool used = false;
+      for (int64_t d : batch) used |= d == i;
+      for (int64_t d : contract) used |= d == i;
+      if (!used) out.push_back(v.dims()[i]);
+    }
+  };
+  free_dims(a, lhs_batch, lhs_contract);
+  free_dims(b, rhs_batch, rhs_contract);
+  std::string dn = "dot_dimension_numbers = #stablehlo.dot<";
+  std::vector<std::string> fields;
+  if (!lhs_batch.empty()) fields.push_back("lhs_batching_dimensions = " + list(lhs_batch));
+  if (!rhs_batch.empty()) fields.push_back("rhs_batching_dimensions = " + list(rhs_batch));
+  if (!lhs_contract.empty()) fields.push_back("lhs_contracting_dimensions = " + list(lhs_contract));
+  if (!rhs_contract.empty()) fields.push_back("rhs_contracting_dimensions = " + list(rhs_contract));
+  for (size_t i = 0; i < fields.size(); ++i) dn += (i ? ", " : "") + fields[i];
+  dn += ">";
+  return emit("stablehlo.dot_general", {a, b}, dn, {Type{result, out}})[0];
+}
+
+std::vector<Value> Builder::reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
+                                   const Dims& dims, const Body& body) {
+  std::vector<Type> results;
+  std::vector<Type> block;
+  for (const auto& in : inputs) {
+    Dims out;
+    for (int64_t i = 0; i < in.rank(); ++i) {
+      bool reduced = false;
+      for (int64_t d : dims) reduced |= d == i;
+      if (!reduced) out.push_back(in.dims()[i]);
+    }
+    results.push_back(Type{in.elem(), out});
+    block.push_back(Type{in.elem(), {}});
+  }
+  std::vector<Type> block_args = block;
+  block_args.insert(block_args.end(), block.begin(), block.end());
+  std::string r = region(block_args, body);
+  std::vector<Value> ops = inputs;
+  ops.insert(ops.end(), inits.begin(), inits.end());
+  return emit("stablehlo.reduce", ops, "dimensions = " + dims_attr(dims), results, {r});
+}
+
+Value Builder::reduce_window(Value input, Value init, const Dims& window, const Dims& strides,
+                             const Dims& base_dilations, const Dims& window_dilations,
+                             const std::vector<std::pair<int64_t, int64_t>>& padding, const Body& body) {
+  Dims out;
+  for (int64_t i = 0; i < input.rank(); ++i) {
+    int64_t n = input.dims()[i];
+    int64_t dn = n > 0 ? (n - 1) * base_dilations[i] + 1 : 0;
+    int64_t padded = dn + padding[i].first + padding[i].second;
+    int64_t dw = (window[i] - 1) * window_dilations[i] + 1;
+    out.push_back(padded < dw ? 0 : (padded - dw) / strides[i] + 1);
+  }
+  Type scalar_t{input.elem(), {}};
+  std::string r = region({scalar_t, scalar_t}, body);
+  std::string attrs = "window_dimensions = " + dims_attr(window) + ", window_strides = " + dims_attr(strides) +
+                      ", base_dilations = " + dims_attr(base_dilations) +
+                      ", window_dilations = " + dims_attr(window_dilations) + ", padding = " + padding_attr(padding);
+  return emit("stablehlo.reduce_window", {input, init}, attrs, {Type{input.elem(), out}}, {r})[0];
+}
+
+Value Builder::gather(Value operand, Value indices, const GatherDims& d, const Dims& slice_sizes,
+                      const Dims& result_dims) {
+  std::string attrs = "dimension_numbers = #stablehlo.gather<offset_dims = " + list(d.offset_dims) +
+                      ", collapsed_slice_dims = " + list(d.collapsed_slice_dims) +
+                      ", start_index_map = " + list(d.start_index_map) +
+                      ", index_vector_dim = " + std::to_string(d.index_vector_dim) +
+                      ">, slice_sizes = " + dims_attr(slice_sizes) + ", indices_are_sorted = false";
+  return emit("stablehlo.gather", {operand, indices}, attrs, {Type{operand.elem(), result_dims}})[0];
+}
+
+Value Builder::scatter(Value operand, Value indices, Value updates, const ScatterDims& d, const Body& body) {
+  Type scalar_t{operand.elem(), {}};
+  std::string r = region({scalar_t, scalar_t}, body);
+  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " +
+                      list(d.update_window_dims) + ", inserted_window_dims = " + list(d.inserted_window_dims) +
+                      ", scatter_dims_to_operand_dims = " + list(d.scatter_dims_to_operand_dims) +
+                      ", index_vector_dim = " + std::to_string(d.index_vector_dim) +
+                      ">, indices_are_sorted = false, unique_indices = false";
+  return emit("stablehlo.scatter", {operand, indices, updates}, attrs, {operand.type}, {r})[0];
+}
+
+std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, bool stable, const Body& cmp) {
+  std::vector<Type> block;
+  std::vector<Type> results;
+  for (const auto& in : inputs) {
+    block.push_back(Type{in.elem(), {}});
+    block.push_back(Type{in.elem(), {}});
+    results.push_back(in.type);
+  }
+  std::string r = region(block, cmp);
+  std::string attrs = "dimension = " + std::to_string(dim) + " : i64, is_stable = " + (stable ? "true" : "false");
+  return emit("stablehlo.sort", inputs, attrs, results, {r});
+}
+
+Value Builder::convolution(Value input, Value kernel, const std::string& dim_numbers, const Dims& strides,
+                           const std::vector<std::pair<int64_t, int64_t>>& padding, const Dims& lhs_dilation,
+                           const Dims& rhs_dilation, int64_t feature_groups, int64_t batch_groups,
+                           const Type& result) {
+  std::string attrs = "dimension_numbers = #stablehlo.conv<" + dim_numbers + ">, window_strides = " +
+                      dims_attr(strides) + ", padding = " + padding_attr(padding) +
+                      ", lhs_dilation = " + dims_attr(lhs_dilation) + ", rhs_dilation = " + dims_attr(rhs_dilation) +
+                      ", feature_group_count = " + std::to_string(feature_groups) +
+                      " : i64, batch_group_count = " + std::to_string(batch_groups) + " : i64";
+  return emit("stablehlo.convolution", {input, kernel}, attrs, {result})[0];
+}
+
+std::pair<Value, Value> Builder::rng_bit_generator(Value state, const Type& bits_type) {
+  auto out = emit("stablehlo.rng_bit_generator", {state}, "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>",
+                  {state.type, bits_type});
+  return {out[0], out[1]};
+}
+
+Value Builder::raw(const std::string& op, const std::string& attrs, const std::vector<Value>& operands,
+                   const Type& result) {
+  return emit(op, operands, attrs, {result})[0];
+}
+
+}  // namespace hlo

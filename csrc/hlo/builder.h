@@ -1,0 +1,145 @@
+// A StableHLO program builder that prints MLIR text in the generic form ("stablehlo.op"(...) {attrs} :
+// (types) -> types), which every plugin since 2024 parses. One Builder makes one module with one public
+// function @main. Shapes are checked as ops are added: a mismatch is a bug in a lowering, reported as
+// hlo::Error with the op's name and the offending types.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pjrt/element_type.h"
+
+namespace hlo {
+
+using pjrt::ElementType;
+using Dims = std::vector<int64_t>;
+
+class Error : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+struct Type {
+  ElementType elem = ElementType::kInvalid;
+  Dims dims;
+  int64_t rank() const { return static_cast<int64_t>(dims.size()); }
+  int64_t numel() const;
+  std::string str() const;  // tensor<2x3xf32>
+  bool operator==(const Type&) const = default;
+};
+
+struct Value {
+  int id = -1;
+  Type type;
+  bool valid() const { return id >= 0; }
+  ElementType elem() const { return type.elem; }
+  const Dims& dims() const { return type.dims; }
+  int64_t rank() const { return type.rank(); }
+};
+
+enum class Cmp { EQ, NE, LT, LE, GT, GE };
+
+struct GatherDims {
+  Dims offset_dims, collapsed_slice_dims, start_index_map;
+  int64_t index_vector_dim = 0;
+};
+struct ScatterDims {
+  Dims update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims;
+  int64_t index_vector_dim = 0;
+};
+
+class Builder {
+ public:
+  using Body = std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>;
+
+  Value arg(Type type, const std::string& attrs = "");
+  void ret(const std::vector<Value>& results);
+  std::string module_text(const std::string& name = "op") const;
+
+  // Constants: a splat of `v` converted to `type` (bool for pred: v != 0).
+  Value constant(double v, const Type& type);
+  Value constant_i(int64_t v, const Type& type);
+  Value scalar(double v, ElementType t) { return constant(v, Type{t, {}}); }
+  Value scalar_i(int64_t v, ElementType t) { return constant_i(v, Type{t, {}}); }
+
+  // Elementwise (operand types must match): "add", "subtract", "multiply", "divide", "remainder",
+  // "maximum", "minimum", "power", "and", "or", "xor", "atan2", "shift_left", ...
+  Value binary(const char* op, Value a, Value b);
+  // "negate", "abs", "exponential", "log", "sqrt", "rsqrt", "tanh", "logistic", "floor", "ceil",
+  // "sine", "cosine", "not", "sign", "log_plus_one", "exponential_minus_one", "round_nearest_even", ...
+  Value unary(const char* op, Value a);
+  // A unary op whose result type differs (stablehlo.real, stablehlo.imag, stablehlo.abs of complex).
+  Value unary_to(const char* op, Value a, ElementType result);
+  Value chlo_unary(const char* op, Value a);  // chlo.erf, chlo.lgamma, ...
+  Value compare(Cmp dir, Value a, Value b);
+  Value select(Value pred, Value on_true, Value on_false);
+  Value clamp(Value lo, Value x, Value hi);
+  Value complex(Value re, Value im);
+
+  Value convert(Value a, ElementType to);  // no-op when already `to`
+  Value bitcast_convert(Value a, const Type& to);
+  Value broadcast_in_dim(Value a, const Dims& out_dims, const Dims& broadcast_dims);
+  Value broadcast_to(Value a, const Dims& out_dims);  // numpy-style, trailing alignment
+  Value reshape(Value a, const Dims& dims);
+  Value transpose(Value a, const Dims& perm);
+  Value slice(Value a, const Dims& start, const Dims& limit, const Dims& strides);
+  Value dynamic_slice(Value a, const std::vector<Value>& starts, const Dims& sizes);
+  Value dynamic_update_slice(Value a, Value update, const std::vector<Value>& starts);
+  Value concatenate(const std::vector<Value>& parts, int64_t dim);
+  Value pad(Value a, Value pad_value, const Dims& low, const Dims& high, const Dims& interior);
+  Value iota(const Type& type, int64_t dim);
+  Value reverse(Value a, const Dims& dims);
+  Value dot_general(Value a, Value b, const Dims& lhs_batch, const Dims& rhs_batch,
+                    const Dims& lhs_contract, const Dims& rhs_contract, ElementType result);
+  std::vector<Value> reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
+                            const Dims& dims, const Body& body);
+  Value reduce_window(Value input, Value init, const Dims& window, const Dims& strides,
+                      const Dims& base_dilations, const Dims& window_dilations,
+                      const std::vector<std::pair<int64_t, int64_t>>& padding, const Body& body);
+  Value gather(Value operand, Value indices, const GatherDims& dims, const Dims& slice_sizes,
+               const Dims& result_dims);
+  Value scatter(Value operand, Value indices, Value updates, const ScatterDims& dims, const Body& body);
+  std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dim, bool stable, const Body& cmp);
+  Value convolution(Value input, Value kernel, const std::string& dim_numbers, const Dims& strides,
+                    const std::vector<std::pair<int64_t, int64_t>>& padding, const Dims& lhs_dilation,
+                    const Dims& rhs_dilation, int64_t feature_groups, int64_t batch_groups,
+                    const Type& result);
+  // Returns {new_state, bits} with bits of `bits_type` (ui32/ui64 elements).
+  std::pair<Value, Value> rng_bit_generator(Value state, const Type& bits_type);
+
+  // Escape hatch for ops without a helper: appends `%N = <text> : <signature>` and returns %N.
+  Value raw(const std::string& op_and_operands, const std::string& attrs,
+            const std::vector<Value>& operands, const Type& result);
+
+  std::string name(const Value& v) const;
+
+ private:
+  Value fresh(Type t);
+  std::vector<Value> emit(const std::string& op, const std::vector<Value>& operands,
+                          const std::string& attrs, const std::vector<Type>& results,
+                          const std::vector<std::string>& regions = {});
+  std::string region(const std::vector<Type>& arg_types, const Body& body);
+  std::string ref(const Value& v) const;  // %vN, or %gM#i for a result of a multi-result op
+
+  struct Alias {
+    int group, first_id, count;
+  };
+  std::vector<Alias> aliases_;
+
+  int next_id_ = 0;
+  std::vector<std::pair<Type, std::string>> args_;
+  std::vector<int> arg_ids_;
+  std::string body_;
+  std::string* out_ = &body_;
+  int indent_ = 4;
+  std::vector<Type> results_;
+  std::vector<int> result_ids_;
+  bool returned_ = false;
+};
+
+std::string dims_attr(const Dims& d);  // array<i64: 1, 2>
+
+}  // namespace hlo

@@ -1,0 +1,52 @@
+#include "pjrt/compile_options.h"
+
+namespace pjrt {
+namespace {
+
+enum WireType { kVarint = 0, kLengthDelimited = 2 };
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void put_tag(std::string& out, int field, WireType wire) {
+  put_varint(out, (static_cast<uint64_t>(field) << 3) | wire);
+}
+
+void put_int(std::string& out, int field, int64_t v) {
+  put_tag(out, field, kVarint);
+  put_varint(out, static_cast<uint64_t>(v));  // negative int64 takes ten bytes, as protobuf does
+}
+
+void put_message(std::string& out, int field, const std::string& body) {
+  put_tag(out, field, kLengthDelimited);
+  put_varint(out, body.size());
+  out += body;
+}
+
+// CompileOptionsProto fields.
+constexpr int kExecutableBuildOptions = 3;
+constexpr int kCompilePortableExecutable = 4;
+// ExecutableBuildOptionsProto fields.
+constexpr int kDeviceOrdinal = 1;
+constexpr int kNumReplicas = 4;
+constexpr int kNumPartitions = 5;
+
+}  // namespace
+
+std::string encode_compile_options(const CompileOptions& options) {
+  std::string build;
+  put_int(build, kDeviceOrdinal, -1);
+  put_int(build, kNumReplicas, options.num_replicas);
+  put_int(build, kNumPartitions, options.num_partitions);
+  std::string out;
+  put_message(out, kExecutableBuildOptions, build);
+  if (options.portable) put_int(out, kCompilePortableExecutable, 1);
+  return out;
+}
+
+}  // namespace pjrt

@@ -1,0 +1,469 @@
+#include "pjrt/runtime.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "pjrt/compile_options.h"
+
+namespace pjrt {
+
+
+// ---------------------------------------------------------------------------------------------- Plugin
+
+std::shared_ptr<Plugin> Plugin::load(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    throw Error(Code::kNotFound, "PJRT plugin not found: " + path);
+  }
+  // RTLD_LOCAL: the plugin exports only GetPjrtApi and bundles its own LLVM/absl/protobuf.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!handle) throw Error(Code::kNotFound, "cannot load PJRT plugin " + path + ": " + dlerror());
+  using GetApi = const abi::Api* (*)();
+  auto get_api = reinterpret_cast<GetApi>(dlsym(handle, "GetPjrtApi"));
+  if (!get_api) throw Error(Code::kNotFound, path + " is not a PJRT plugin (no GetPjrtApi symbol)");
+  const abi::Api* api = get_api();
+  if (!api) throw Error(Code::kInternal, "GetPjrtApi returned null in " + path);
+  if (api->version.major_version != 0) {
+    throw Error(Code::kUnimplemented, "unsupported PJRT API major version " +
+                                          std::to_string(api->version.major_version) + " in " + path);
+  }
+  // Every function we call unconditionally exists since 0.57; we declare 0.81 layouts.
+  if (api->version.minor_version < 57) {
+    throw Error(Code::kUnimplemented, "PJRT API 0." + std::to_string(api->version.minor_version) +
+                                          " is too old (need 0.57 or later): " + path);
+  }
+  std::shared_ptr<Plugin> plugin(new Plugin(path, api));
+  abi::PluginInitializeArgs init{};
+  plugin->call(abi::kPluginInitialize, init, "PJRT_Plugin_Initialize");
+  return plugin;
+}
+
+bool Plugin::has(abi::Fn fn) const {
+  size_t end = abi::kApiFunctionsOffset + sizeof(void*) * (static_cast<size_t>(fn) + 1);
+  if (api_->struct_size < end) return false;
+  void* const* table =
+      reinterpret_cast<void* const*>(reinterpret_cast<const char*>(api_) + abi::kApiFunctionsOffset);
+  return table[fn] != nullptr;
+}
+
+abi::Error* Plugin::raw_call(abi::Fn fn, void* args) const {
+  using F = abi::Error* (*)(void*);
+  if (!has(fn)) throw pjrt::Error(Code::kUnimplemented, "PJRT function #" + std::to_string(fn) +
+                                                            " is not provided by " + path_);
+  auto table = reinterpret_cast<F const*>(reinterpret_cast<const char*>(api_) + abi::kApiFunctionsOffset);
+  return table[fn](args);
+}
+
+pjrt::Error Plugin::take_error(abi::Error* error, const std::string& context) const {
+  abi::ErrorMessageArgs msg{};
+  msg.struct_size = sizeof msg;
+  msg.error = error;
+  raw_call(abi::kErrorMessage, &msg);
+  std::string text(msg.message, msg.message_size);
+  abi::ErrorGetCodeArgs code{};
+  code.struct_size = sizeof code;
+  code.error = error;
+  abi::Error* code_error = raw_call(abi::kErrorGetCode, &code);
+  Code c = code_error ? Code::kUnknown : static_cast<Code>(code.code);
+  abi::ErrorDestroyArgs destroy{};
+  destroy.struct_size = sizeof destroy;
+  destroy.error = error;
+  raw_call(abi::kErrorDestroy, &destroy);
+  return pjrt::Error(c, context.empty() ? text : context + ": " + text);
+}
+
+void Plugin::check(abi::Error* error, const char* what) const {
+  if (error) throw take_error(error, what);
+}
+
+std::map<std::string, std::string> Plugin::attributes() const {
+  std::map<std::string, std::string> out;
+  if (!has(abi::kPluginAttributes)) return out;
+  abi::PluginAttributesArgs args{};
+  call(abi::kPluginAttributes, args, "PJRT_Plugin_Attributes");
+  for (size_t i = 0; i < args.num_attributes; ++i) {
+    const abi::NamedValue& v = args.attributes[i];
+    std::string name(v.name, v.name_size);
+    std::string text;
+    switch (v.type) {
+      case abi::kString: text.assign(v.string_value, v.value_size); break;
+      case abi::kInt64: text = std::to_string(v.int64_value); break;
+      case abi::kInt64List:
+        for (size_t j = 0; j < v.value_size; ++j) {
+          if (j) text += ".";
+          text += std::to_string(v.int64_array_value[j]);
+        }
+        break;
+      case abi::kFloat: text = std::to_string(v.float_value); break;
+      case abi::kBool: text = v.bool_value ? "true" : "false"; break;
+    }
+    out[name] = text;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------- Events
+
+namespace {
+
+// Awaits an event, destroys it, and throws its error (prefixed with `context`), if any.
+void await_event(const Plugin& plugin, abi::Event* event, const std::string& context) {
+  abi::EventArgs await{};
+  await.event = event;
+  await.struct_size = sizeof await;
+  try {
+    plugin.call(abi::kEventAwait, await, context.c_str());
+  } catch (...) {
+    abi::EventArgs destroy{};
+    destroy.event = event;
+    plugin.call(abi::kEventDestroy, destroy, "PJRT_Event_Destroy");
+    throw;
+  }
+  abi::EventArgs destroy{};
+  destroy.event = event;
+  plugin.call(abi::kEventDestroy, destroy, "PJRT_Event_Destroy");
+}
+
+int64_t product(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------- Buffer
+
+std::atomic<int64_t> Buffer::live_count_{0};
+std::atomic<int64_t> Buffer::live_bytes_{0};
+
+Buffer::Buffer(const Client& client, abi::Buffer* handle, ElementType type, std::vector<int64_t> dims,
+               int device, const char* producer)
+    : client_(client),
+      handle_(handle),
+      type_(type),
+      dims_(std::move(dims)),
+      numel_(product(dims_)),
+      device_(device),
+      producer_(producer) {
+  live_count_.fetch_add(1, std::memory_order_relaxed);
+  live_bytes_.fetch_add(static_cast<int64_t>(nbytes()), std::memory_order_relaxed);
+}
+
+Buffer::~Buffer() {
+  live_count_.fetch_sub(1, std::memory_order_relaxed);
+  live_bytes_.fetch_sub(static_cast<int64_t>(nbytes()), std::memory_order_relaxed);
+  abi::BufferArgs args{};
+  args.buffer = handle_;
+  // PJRT delays the actual free until pending work that uses the buffer has finished.
+  try {
+    client_.plugin().call(abi::kBufferDestroy, args, "PJRT_Buffer_Destroy");
+  } catch (...) {
+  }
+}
+
+void Buffer::to_host(void* dst) const {
+  abi::BufferToHostBufferArgs args{};
+  args.src = handle_;
+  args.dst = dst;
+  args.dst_size = nbytes();
+  std::string context = std::string("asynchronous error in op '") + producer_ + "'";
+  client_.plugin().call(abi::kBufferToHostBuffer, args, context.c_str());
+  await_event(client_.plugin(), args.event, context);
+}
+
+void Buffer::await() const {
+  abi::BufferReadyEventArgs args{};
+  args.buffer = handle_;
+  std::string context = std::string("asynchronous error in op '") + producer_ + "'";
+  client_.plugin().call(abi::kBufferReadyEvent, args, context.c_str());
+  await_event(client_.plugin(), args.event, context);
+}
+
+// ------------------------------------------------------------------------------------------ Executable
+
+std::string TensorSpec::str() const {
+  std::string s(mlir_name(type));
+  s += "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+Executable::Executable(const Client& client, abi::LoadedExecutable* handle, std::vector<TensorSpec> inputs,
+                       std::vector<TensorSpec> outputs)
+    : client_(client), handle_(handle), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {
+  abi::LoadedExecutableGetExecutableArgs get{};
+  get.loaded_executable = handle_;
+  client_.plugin().call(abi::kLoadedExecutableGetExecutable, get, "PJRT_LoadedExecutable_GetExecutable");
+  abi::ExecutableNumOutputsArgs num{};
+  num.executable = get.executable;
+  client_.plugin().call(abi::kExecutableNumOutputs, num, "PJRT_Executable_NumOutputs");
+  abi::ExecutableArgs destroy{};
+  destroy.executable = get.executable;
+  client_.plugin().call(abi::kExecutableDestroy, destroy, "PJRT_Executable_Destroy");
+  if (num.num_outputs != outputs_.size()) {
+    throw Error(Code::kInternal, "executable has " + std::to_string(num.num_outputs) +
+                                     " outputs, expected " + std::to_string(outputs_.size()));
+  }
+}
+
+Executable::~Executable() {
+  abi::LoadedExecutableArgs args{};
+  args.executable = handle_;
+  try {
+    client_.plugin().call(abi::kLoadedExecutableDestroy, args, "PJRT_LoadedExecutable_Destroy");
+  } catch (...) {
+  }
+}
+
+std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& args,
+                                           const char* op_name) const {
+  if (args.size() != inputs_.size()) {
+    throw Error(Code::kInvalidArgument, std::string(op_name) + ": program takes " +
+                                            std::to_string(inputs_.size()) + " arguments, got " +
+                                            std::to_string(args.size()));
+  }
+  abi::Buffer* arg_small[16];
+  std::vector<abi::Buffer*> arg_large;
+  abi::Buffer** arg_handles = arg_small;
+  if (args.size() > 16) {
+    arg_large.resize(args.size());
+    arg_handles = arg_large.data();
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Buffer& b = *args[i];
+    if (b.type() != inputs_[i].type || b.dims() != inputs_[i].dims) {
+      throw Error(Code::kInvalidArgument, std::string(op_name) + ": argument " + std::to_string(i) + " is " +
+                                              TensorSpec{b.type(), b.dims()}.str() + ", the program expects " +
+                                              inputs_[i].str());
+    }
+    arg_handles[i] = b.handle();
+  }
+  const size_t n_out = outputs_.size();
+  abi::Buffer* out_small[8];
+  std::vector<abi::Buffer*> out_large;
+  abi::Buffer** out = out_small;
+  if (n_out > 8) {
+    out_large.resize(n_out);
+    out = out_large.data();
+  }
+  abi::Buffer* const* arg_list = arg_handles;
+  abi::ExecuteOptions options{};
+  options.struct_size = sizeof options;
+  abi::LoadedExecutableExecuteArgs exec{};
+  exec.executable = handle_;
+  exec.options = &options;
+  exec.argument_lists = &arg_list;
+  exec.num_devices = 1;
+  exec.num_args = args.size();
+  exec.output_lists = &out;
+  exec.execute_device = client_.device(device).handle;
+  client_.plugin().call(abi::kLoadedExecutableExecute, exec, op_name);
+  std::vector<BufferPtr> result;
+  result.reserve(n_out);
+  for (size_t i = 0; i < n_out; ++i) {
+    result.push_back(std::make_shared<Buffer>(client_, out[i], outputs_[i].type, outputs_[i].dims,
+                                              device, op_name));
+  }
+  return result;
+}
+
+std::string Executable::serialize() const {
+  abi::LoadedExecutableGetExecutableArgs get{};
+  get.loaded_executable = handle_;
+  client_.plugin().call(abi::kLoadedExecutableGetExecutable, get, "PJRT_LoadedExecutable_GetExecutable");
+  abi::ExecutableSerializeArgs ser{};
+  ser.executable = get.executable;
+  std::string bytes;
+  try {
+    client_.plugin().call(abi::kExecutableSerialize, ser, "PJRT_Executable_Serialize");
+    bytes.assign(ser.serialized_bytes, ser.serialized_bytes_size);
+    if (ser.serialized_executable_deleter) ser.serialized_executable_deleter(ser.serialized_executable);
+  } catch (...) {
+    abi::ExecutableArgs destroy{};
+    destroy.executable = get.executable;
+    client_.plugin().call(abi::kExecutableDestroy, destroy, "PJRT_Executable_Destroy");
+    throw;
+  }
+  abi::ExecutableArgs destroy{};
+  destroy.executable = get.executable;
+  client_.plugin().call(abi::kExecutableDestroy, destroy, "PJRT_Executable_Destroy");
+  return bytes;
+}
+
+// ---------------------------------------------------------------------------------------------- Client
+
+std::unique_ptr<Client> Client::create(std::shared_ptr<Plugin> plugin,
+                                       std::map<std::string, OptionValue> options) {
+  for (;;) {
+    std::vector<abi::NamedValue> values;
+    std::vector<std::string> names;
+    names.reserve(options.size());
+    for (auto& [name, value] : options) {
+      abi::NamedValue v{};
+      v.struct_size = sizeof v;
+      names.push_back(name);
+      v.name = names.back().c_str();
+      v.name_size = name.size();
+      if (auto* i = std::get_if<int64_t>(&value)) {
+        v.type = abi::kInt64;
+        v.int64_value = *i;
+        v.value_size = 1;
+      } else if (auto* s = std::get_if<std::string>(&value)) {
+        v.type = abi::kString;
+        v.string_value = s->c_str();
+        v.value_size = s->size();
+      } else if (auto* b = std::get_if<bool>(&value)) {
+        v.type = abi::kBool;
+        v.bool_value = *b;
+        v.value_size = 1;
+      } else {
+        v.type = abi::kFloat;
+        v.float_value = std::get<float>(value);
+        v.value_size = 1;
+      }
+      values.push_back(v);
+    }
+    abi::ClientCreateArgs args{};
+    args.create_options = values.data();
+    args.num_options = values.size();
+    args.struct_size = sizeof args;
+    try {
+      plugin->call(abi::kClientCreate, args, "PJRT_Client_Create");
+    } catch (const Error& e) {
+      // Plugins reject options they do not know; drop the named one and retry.
+      std::string msg = e.what();
+      bool dropped = false;
+      for (auto it = options.begin(); it != options.end(); ++it) {
+        if (msg.find("nexpected option") != std::string::npos &&
+            msg.find(it->first) != std::string::npos) {
+          options.erase(it);
+          dropped = true;
+          break;
+        }
+      }
+      if (!dropped) throw;
+      continue;
+    }
+    return std::unique_ptr<Client>(new Client(std::move(plugin), args.client));
+  }
+}
+
+Client::Client(std::shared_ptr<Plugin> plugin, abi::Client* handle)
+    : plugin_(std::move(plugin)), handle_(handle) {
+  abi::ClientStringArgs name{};
+  name.client = handle_;
+  plugin_->call(abi::kClientPlatformName, name, "PJRT_Client_PlatformName");
+  platform_name_.assign(name.value, name.value_size);
+  abi::ClientStringArgs version{};
+  version.client = handle_;
+  plugin_->call(abi::kClientPlatformVersion, version, "PJRT_Client_PlatformVersion");
+  platform_version_.assign(version.value, version.value_size);
+  abi::ClientDevicesArgs devices{};
+  devices.client = handle_;
+  plugin_->call(abi::kClientAddressableDevices, devices, "PJRT_Client_AddressableDevices");
+  for (size_t i = 0; i < devices.num_devices; ++i) {
+    DeviceInfo info;
+    info.handle = devices.devices[i];
+    abi::DeviceGetDescriptionArgs desc{};
+    desc.device = info.handle;
+    plugin_->call(abi::kDeviceGetDescription, desc, "PJRT_Device_GetDescription");
+    abi::DeviceDescriptionIdArgs id{};
+    id.description = desc.description;
+    plugin_->call(abi::kDeviceDescriptionId, id, "PJRT_DeviceDescription_Id");
+    info.id = id.id;
+    abi::DeviceDescriptionStringArgs kind{};
+    kind.description = desc.description;
+    plugin_->call(abi::kDeviceDescriptionKind, kind, "PJRT_DeviceDescription_Kind");
+    info.kind.assign(kind.value, kind.value_size);
+    abi::DeviceDescriptionStringArgs debug{};
+    debug.description = desc.description;
+    plugin_->call(abi::kDeviceDescriptionDebugString, debug, "PJRT_DeviceDescription_DebugString");
+    info.description.assign(debug.value, debug.value_size);
+    devices_.push_back(std::move(info));
+  }
+  compile_options_ = encode_compile_options(CompileOptions{});
+}
+
+Client::~Client() {
+  abi::ClientArgs args{};
+  args.client = handle_;
+  try {
+    plugin_->call(abi::kClientDestroy, args, "PJRT_Client_Destroy");
+  } catch (...) {
+  }
+}
+
+MemoryStats Client::memory_stats(int device) const {
+  MemoryStats stats;
+  abi::DeviceMemoryStatsArgs args{};
+  args.device = devices_.at(device).handle;
+  try {
+    plugin_->call(abi::kDeviceMemoryStats, args, "PJRT_Device_MemoryStats");
+  } catch (const Error&) {
+    return stats;  // the CPU plugin does not implement it
+  }
+  stats.bytes_in_use = args.bytes_in_use;
+  if (args.peak_bytes_in_use_is_set) stats.peak_bytes_in_use = args.peak_bytes_in_use;
+  if (args.bytes_limit_is_set) stats.bytes_limit = args.bytes_limit;
+  return stats;
+}
+
+BufferPtr Client::from_host(const void* data, ElementType type, const std::vector<int64_t>& dims,
+                            int device, const char* producer) const {
+  abi::ClientBufferFromHostBufferArgs args{};
+  args.client = handle_;
+  args.data = data;
+  args.type = static_cast<abi::BufferType>(type);
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = abi::kImmutableOnlyDuringCall;
+  args.device = devices_.at(device).handle;
+  plugin_->call(abi::kClientBufferFromHostBuffer, args, "PJRT_Client_BufferFromHostBuffer");
+  if (args.done_with_host_buffer) {
+    abi::EventArgs destroy{};
+    destroy.event = args.done_with_host_buffer;
+    plugin_->call(abi::kEventDestroy, destroy, "PJRT_Event_Destroy");
+  }
+  return std::make_shared<Buffer>(*this, args.buffer, type, dims, device, producer);
+}
+
+BufferPtr Client::copy_to_device(const Buffer& buffer, int device) const {
+  abi::BufferCopyToDeviceArgs args{};
+  args.buffer = buffer.handle();
+  args.dst_device = devices_.at(device).handle;
+  plugin_->call(abi::kBufferCopyToDevice, args, "PJRT_Buffer_CopyToDevice");
+  return std::make_shared<Buffer>(*this, args.dst_buffer, buffer.type(), buffer.dims(), device,
+                                  buffer.producer());
+}
+
+ExecutablePtr Client::compile(const std::string& mlir, std::vector<TensorSpec> inputs,
+                              std::vector<TensorSpec> outputs) const {
+  abi::Program program{};
+  program.struct_size = sizeof program;
+  program.code = mlir.data();
+  program.code_size = mlir.size();
+  program.format = "mlir";
+  program.format_size = 4;
+  abi::ClientCompileArgs args{};
+  args.client = handle_;
+  args.program = &program;
+  args.compile_options = compile_options_.data();
+  args.compile_options_size = compile_options_.size();
+  plugin_->call(abi::kClientCompile, args, "PJRT_Client_Compile");
+  return std::make_shared<Executable>(*this, args.executable, std::move(inputs), std::move(outputs));
+}
+
+ExecutablePtr Client::deserialize(const std::string& bytes, std::vector<TensorSpec> inputs,
+                                  std::vector<TensorSpec> outputs) const {
+  abi::ExecutableDeserializeAndLoadArgs args{};
+  args.client = handle_;
+  args.serialized_executable = bytes.data();
+  args.serialized_executable_size = bytes.size();
+  plugin_->call(abi::kExecutableDeserializeAndLoad, args, "PJRT_Executable_DeserializeAndLoad");
+  return std::make_shared<Executable>(*this, args.loaded_executable, std::move(inputs), std::move(outputs));
+}
+
+}  // namespace pjrt

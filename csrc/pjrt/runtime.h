@@ -1,0 +1,199 @@
+// RAII wrappers over a loaded PJRT plugin: Plugin, Client, Buffer, Executable. No torch here.
+//
+// Every PJRT error becomes a pjrt::Error carrying the PJRT code and message. Buffers remember which op
+// produced them, so an asynchronous failure that surfaces when the buffer is awaited names that op.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "pjrt/abi.h"
+#include "pjrt/element_type.h"
+
+namespace pjrt {
+
+// absl status codes, as PJRT reports them.
+enum class Code : int {
+  kOk = 0,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kNotFound = 5,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kUnimplemented = 12,
+  kInternal = 13,
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Code code() const { return code_; }
+
+ private:
+  Code code_;
+};
+
+class Plugin {
+ public:
+  // dlopen()s the plugin (never closed: plugins own threads and static state), checks the API major
+  // version and initializes it. Throws Error(kNotFound) when the file is missing or is no PJRT plugin.
+  static std::shared_ptr<Plugin> load(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  int api_major() const { return api_->version.major_version; }
+  int api_minor() const { return api_->version.minor_version; }
+  bool has(abi::Fn fn) const;
+
+  // Calls function `fn`, setting args.struct_size; throws on error, naming `what`.
+  template <class Args>
+  void call(abi::Fn fn, Args& args, const char* what) const {
+    args.struct_size = sizeof(Args);
+    check(raw_call(fn, &args), what);
+  }
+  // Turns a returned PJRT_Error into an exception (and frees it); no-op for nullptr.
+  void check(abi::Error* error, const char* what) const;
+  // Reads code and message of an error and frees it.
+  Error take_error(abi::Error* error, const std::string& context) const;
+
+  // Plugin attributes as text ("xla_version" -> "2", "stablehlo_current_version" -> "1.13.7").
+  std::map<std::string, std::string> attributes() const;
+
+ private:
+  Plugin(std::string path, const abi::Api* api) : path_(std::move(path)), api_(api) {}
+  abi::Error* raw_call(abi::Fn fn, void* args) const;
+
+  std::string path_;
+  const abi::Api* api_;
+};
+
+class Client;
+
+class Buffer {
+ public:
+  Buffer(const Client& client, abi::Buffer* handle, ElementType type, std::vector<int64_t> dims,
+         int device, const char* producer);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  ElementType type() const { return type_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return numel_ * byte_size(type_); }
+  int device() const { return device_; }
+  const char* producer() const { return producer_; }
+  abi::Buffer* handle() const { return handle_; }
+
+  // Copies the dense row-major contents into dst (nbytes() bytes); blocks until done.
+  void to_host(void* dst) const;
+  // Blocks until the value is computed; throws the asynchronous error of its producer, if any.
+  void await() const;
+
+  static int64_t live_count() { return live_count_.load(std::memory_order_relaxed); }
+  static int64_t live_bytes() { return live_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  const Client& client_;
+  abi::Buffer* handle_;
+  ElementType type_;
+  std::vector<int64_t> dims_;
+  int64_t numel_;
+  int device_;
+  const char* producer_;  // static string: the op that computed this buffer
+  static std::atomic<int64_t> live_count_;
+  static std::atomic<int64_t> live_bytes_;
+};
+using BufferPtr = std::shared_ptr<Buffer>;
+
+struct TensorSpec {
+  ElementType type;
+  std::vector<int64_t> dims;
+  bool operator==(const TensorSpec&) const = default;
+  std::string str() const;  // f32[2,3]
+};
+
+class Executable {
+ public:
+  Executable(const Client& client, abi::LoadedExecutable* handle, std::vector<TensorSpec> inputs,
+             std::vector<TensorSpec> outputs);
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  // Runs on `device` asynchronously; outputs are future buffers tagged with `op_name` (a static string).
+  // Arguments are checked against the program's signature (the plugin checks sizes, not types).
+  std::vector<BufferPtr> execute(int device, const std::vector<const Buffer*>& args,
+                                 const char* op_name) const;
+  const std::vector<TensorSpec>& inputs() const { return inputs_; }
+  const std::vector<TensorSpec>& outputs() const { return outputs_; }
+  // The plugin's serialized form (for the disk cache).
+  std::string serialize() const;
+  abi::LoadedExecutable* handle() const { return handle_; }
+
+ private:
+  const Client& client_;
+  abi::LoadedExecutable* handle_;
+  std::vector<TensorSpec> inputs_;
+  std::vector<TensorSpec> outputs_;
+};
+using ExecutablePtr = std::shared_ptr<Executable>;
+
+struct DeviceInfo {
+  abi::Device* handle = nullptr;
+  int id = 0;
+  std::string kind;
+  std::string description;
+};
+
+struct MemoryStats {
+  int64_t bytes_in_use = -1;  // -1: not reported by the plugin
+  int64_t peak_bytes_in_use = -1;
+  int64_t bytes_limit = -1;
+};
+
+using OptionValue = std::variant<int64_t, std::string, bool, float>;
+
+class Client {
+ public:
+  // Creates a client; options the plugin rejects as unknown are dropped (plugins differ in what they
+  // accept), every other failure throws.
+  static std::unique_ptr<Client> create(std::shared_ptr<Plugin> plugin,
+                                        std::map<std::string, OptionValue> options);
+  ~Client();
+
+  const Plugin& plugin() const { return *plugin_; }
+  const std::string& platform_name() const { return platform_name_; }
+  const std::string& platform_version() const { return platform_version_; }
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  const DeviceInfo& device(int index) const { return devices_.at(index); }
+  MemoryStats memory_stats(int device) const;
+
+  // Copies dense row-major host data to a device buffer; the host memory may be reused on return.
+  BufferPtr from_host(const void* data, ElementType type, const std::vector<int64_t>& dims, int device,
+                      const char* producer = "host_to_device") const;
+  BufferPtr copy_to_device(const Buffer& buffer, int device) const;
+
+  // Compiles StableHLO text for one device (portable: runs on any device of this client).
+  ExecutablePtr compile(const std::string& mlir, std::vector<TensorSpec> inputs,
+                        std::vector<TensorSpec> outputs) const;
+  ExecutablePtr deserialize(const std::string& bytes, std::vector<TensorSpec> inputs,
+                            std::vector<TensorSpec> outputs) const;
+
+ private:
+  Client(std::shared_ptr<Plugin> plugin, abi::Client* handle);
+  std::shared_ptr<Plugin> plugin_;
+  abi::Client* handle_;
+  std::string platform_name_;
+  std::string platform_version_;
+  std::vector<DeviceInfo> devices_;
+  std::string compile_options_;
+};
+
+}  // namespace pjrt
