@@ -136,8 +136,25 @@ int64_t product(const std::vector<int64_t>& dims) {
 
 // ---------------------------------------------------------------------------------------------- Buffer
 
-std::atomic<int64_t> Buffer::live_count_{0};
-std::atomic<int64_t> Buffer::live_bytes_{0};
+Buffer::Stats Buffer::stats_[Buffer::kMaxDevices];
+
+int64_t Buffer::live_count() {
+  int64_t n = 0;
+  for (auto& s : stats_) n += s.count.load(std::memory_order_relaxed);
+  return n;
+}
+int64_t Buffer::live_bytes() {
+  int64_t n = 0;
+  for (auto& s : stats_) n += s.bytes.load(std::memory_order_relaxed);
+  return n;
+}
+int64_t Buffer::live_count(int device) { return stats_[device % kMaxDevices].count.load(); }
+int64_t Buffer::live_bytes(int device) { return stats_[device % kMaxDevices].bytes.load(); }
+int64_t Buffer::peak_bytes(int device) { return stats_[device % kMaxDevices].peak.load(); }
+void Buffer::reset_peak_bytes(int device) {
+  auto& s = stats_[device % kMaxDevices];
+  s.peak.store(s.bytes.load());
+}
 
 Buffer::Buffer(const Client& client, abi::Buffer* handle, ElementType type, std::vector<int64_t> dims,
                int device, const char* producer)
@@ -148,13 +165,24 @@ Buffer::Buffer(const Client& client, abi::Buffer* handle, ElementType type, std:
       numel_(product(dims_)),
       device_(device),
       producer_(producer) {
-  live_count_.fetch_add(1, std::memory_order_relaxed);
-  live_bytes_.fetch_add(static_cast<int64_t>(nbytes()), std::memory_order_relaxed);
+  auto& s = stats_[device_ % kMaxDevices];
+  s.count.fetch_add(1, std::memory_order_relaxed);
+  int64_t now = s.bytes.fetch_add(static_cast<int64_t>(nbytes()), std::memory_order_relaxed) + nbytes();
+  int64_t peak = s.peak.load(std::memory_order_relaxed);
+  while (now > peak && !s.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void Buffer::untrack() {
+  if (!tracked_) return;
+  tracked_ = false;
+  auto& s = stats_[device_ % kMaxDevices];
+  s.count.fetch_sub(1, std::memory_order_relaxed);
+  s.bytes.fetch_sub(static_cast<int64_t>(nbytes()), std::memory_order_relaxed);
 }
 
 Buffer::~Buffer() {
-  live_count_.fetch_sub(1, std::memory_order_relaxed);
-  live_bytes_.fetch_sub(static_cast<int64_t>(nbytes()), std::memory_order_relaxed);
+  untrack();
   abi::BufferArgs args{};
   args.buffer = handle_;
   // PJRT delays the actual free until pending work that uses the buffer has finished.

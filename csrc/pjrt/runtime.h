@@ -96,8 +96,17 @@ class Buffer {
   // Blocks until the value is computed; throws the asynchronous error of its producer, if any.
   void await() const;
 
-  static int64_t live_count() { return live_count_.load(std::memory_order_relaxed); }
-  static int64_t live_bytes() { return live_bytes_.load(std::memory_order_relaxed); }
+  // Removes this buffer from the live statistics (internal caches, reported separately).
+  void untrack();
+
+  // Live buffers and bytes, in total or on one device, and the peak of live bytes per device.
+  static int64_t live_count();
+  static int64_t live_bytes();
+  static int64_t live_count(int device);
+  static int64_t live_bytes(int device);
+  static int64_t peak_bytes(int device);
+  static void reset_peak_bytes(int device);
+  static constexpr int kMaxDevices = 64;
 
  private:
   const Client& client_;
@@ -107,8 +116,11 @@ class Buffer {
   int64_t numel_;
   int device_;
   const char* producer_;  // static string: the op that computed this buffer
-  static std::atomic<int64_t> live_count_;
-  static std::atomic<int64_t> live_bytes_;
+  bool tracked_ = true;
+  struct Stats {
+    std::atomic<int64_t> count{0}, bytes{0}, peak{0};
+  };
+  static Stats stats_[kMaxDevices];
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 

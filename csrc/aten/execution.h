@@ -1,0 +1,36 @@
+// Executing programs: strict mode (asynchronous, the default) returns future buffers at once; debug
+// mode (TORCH_PJRT_LAUNCH_BLOCKING=1) waits for every op and raises its failure at once. Also the
+// counters behind torch_pjrt.metrics() and the cache of run-time scalar arguments.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Scalar.h>
+
+#include <atomic>
+
+#include "pjrt/runtime.h"
+
+namespace torch_pjrt {
+
+struct Metrics {
+  std::atomic<int64_t> cache_hits{0};    // op calls served by a cached program
+  std::atomic<int64_t> cache_misses{0};  // op calls that built a program entry
+  std::atomic<int64_t> executions{0};
+};
+Metrics& metrics();
+
+bool launch_blocking();
+void set_launch_blocking(bool on);
+
+// Executes and, in debug mode, waits; failures become torch errors naming `op`.
+std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const std::vector<const pjrt::Buffer*>& args,
+                                 const char* op);
+
+// Waits for everything issued so far on `device` (torch.tpu.synchronize); raises a pending failure.
+void synchronize(int device);
+
+// A 0-d device buffer holding `value` as `type` (f64, s64, pred, c128 or a tensor dtype), cached.
+pjrt::BufferPtr scalar_buffer(int device, pjrt::ElementType type, const c10::Scalar& value);
+int64_t scalar_cache_entries();
+
+}  // namespace torch_pjrt

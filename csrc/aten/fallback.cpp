@@ -1,0 +1,71 @@
+#include "aten/fallback.h"
+
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+namespace torch_pjrt {
+namespace {
+
+FallbackPolicy policy_from_env() {
+  const char* v = std::getenv("TORCH_PJRT_FALLBACK");
+  std::string s = v ? v : "warn";
+  if (s == "error") return FallbackPolicy::kError;
+  if (s == "silent") return FallbackPolicy::kSilent;
+  return FallbackPolicy::kWarn;
+}
+
+std::atomic<FallbackPolicy>& policy() {
+  static std::atomic<FallbackPolicy> p{policy_from_env()};
+  return p;
+}
+
+std::mutex mu;
+std::map<std::string, int64_t> counts;
+std::set<std::string> warned;
+
+void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { run_fallback(op, stack); }
+
+}  // namespace
+
+FallbackPolicy fallback_policy() { return policy().load(); }
+void set_fallback_policy(FallbackPolicy p) { policy().store(p); }
+
+void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
+  const std::string name = c10::toString(op.operator_name());
+  const std::string why = reason.empty() ? "no native lowering" : reason;
+  TORCH_CHECK_NOT_IMPLEMENTED(fallback_policy() != FallbackPolicy::kError, "tpu: operator '", name,
+                              "' is not supported natively (", why,
+                              ") and the CPU fallback is disabled (TORCH_PJRT_FALLBACK=error)");
+  bool warn = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++counts[name];
+    warn = fallback_policy() == FallbackPolicy::kWarn && warned.insert(name).second;
+  }
+  if (warn) {
+    TORCH_WARN("tpu: operator '", name, "' runs on the CPU (", why,
+               "); this copies its inputs to the host and back. Set TORCH_PJRT_FALLBACK=silent to hide this.");
+  }
+  // Views must never come back as copies: view ops are all native, so this only guards mistakes.
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+}
+
+std::map<std::string, int64_t> fallback_counts() {
+  std::lock_guard<std::mutex> lock(mu);
+  return counts;
+}
+
+void reset_fallback_counts() {
+  std::lock_guard<std::mutex> lock(mu);
+  counts.clear();
+  warned.clear();
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>()); }
+
+}  // namespace torch_pjrt

@@ -1,0 +1,208 @@
+// The ops that are not lowering rows: allocation, host<->device copies, view metadata, set_ and
+// resize_. View ops are metadata only (torch's own implementations over our storages); every other
+// op goes through the table (table_kernel.cpp).
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "aten/errors.h"
+#include "aten/program.h"
+#include "aten/storage.h"
+#include "aten/table_kernel.h"
+#include "lowering/table.h"
+
+namespace torch_pjrt {
+
+at::Tensor download(const at::Tensor& t) {
+  at::Tensor out = at::empty(t.sizes(), t.options().device(c10::kCPU).memory_format(c10::MemoryFormat::Contiguous));
+  if (t.numel() == 0) return out;
+  pjrt::BufferPtr buf = dense_buffer(t);
+  if (!buf) return out.zero_();  // never written: reads as zeros
+  guarded(buf->producer(), [&] { buf->to_host(out.data_ptr()); });
+  return out;
+}
+
+namespace {
+
+c10::DispatchKeySet tpu_keys() { return c10::DispatchKeySet(c10::DispatchKey::PrivateUse1); }
+
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                               std::optional<c10::Device> device, std::optional<bool>,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  c10::OptionalDeviceGuard g;
+  if (device && device->has_index()) g.reset_device(*device);
+  auto st = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  element_type(st);  // unsupported dtypes fail here, not later
+  return at::detail::empty_generic(size, allocator(), tpu_keys(), st, memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout>, std::optional<c10::Device> device, std::optional<bool>) {
+  c10::OptionalDeviceGuard g;
+  if (device && device->has_index()) g.reset_device(*device);
+  auto st = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  element_type(st);
+  return at::detail::empty_strided_generic(size, stride, allocator(), tpu_keys(), st);
+}
+
+bool is_tpu(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// self <- src on one device, through the table row (dtype conversion, broadcasting, views).
+void copy_on_device(const at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  torch::jit::Stack stack{self, src, non_blocking};
+  call_row("copy_", &stack);
+}
+
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  if (self.numel() == 0) return self;
+  if (is_tpu(self) && is_tpu(src)) {
+    if (self.device() == src.device()) {
+      copy_on_device(self, src, non_blocking);
+    } else {
+      // across devices: a device-to-device transfer of the dense value, then a local copy
+      pjrt::BufferPtr buf = dense_buffer(src);
+      at::Tensor moved;
+      if (buf) {
+        auto& s = session_or_throw();
+        moved = wrap_buffer(guarded("device_to_device", [&] { return s.client().copy_to_device(*buf, self.device().index()); }),
+                            src.sizes(), src.scalar_type());
+      } else {
+        c10::DeviceGuard g(self.device());
+        moved = at::empty(src.sizes(), src.options().device(self.device()));
+      }
+      copy_on_device(self, moved, non_blocking);
+    }
+    return self;
+  }
+  if (is_tpu(self)) {
+    // host to device: convert and broadcast on the host, upload, then either take the buffer as the
+    // storage's new base (the usual .to("tpu")) or copy it into the view on device
+    TORCH_CHECK(src.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", self.device());
+    at::Tensor host = src.to(self.scalar_type());
+    if (host.sizes() != self.sizes()) host = host.expand(self.sizes());
+    at::Tensor up = upload(host, self.device().index());
+    if (lowering::covers_storage(base_form(self.storage()), view_form(self))) {
+      handle_of(self).buffer = handle_of(up).buffer;
+    } else {
+      copy_on_device(self, up, non_blocking);
+    }
+    return self;
+  }
+  // device to host
+  TORCH_CHECK(self.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", self.device());
+  self.copy_(download(src));
+  return self;
+}
+
+at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor d = dst;
+  copy_(d, self, non_blocking);
+  return dst;
+}
+
+at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return _copy_from(self, dst, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  return download(self).item();
+}
+
+void ensure_storage(const at::Tensor& self, int64_t nbytes) {
+  if (static_cast<int64_t>(self.storage().nbytes()) < nbytes) resize_storage_bytes(self.storage(), nbytes);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (format && *format != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(*format);
+  if (self.numel() > 0) {
+    int64_t extent = 1;
+    for (int64_t d = 0; d < self.dim(); ++d) extent += (self.size(d) - 1) * self.stride(d);
+    ensure_storage(self, (self.storage_offset() + extent) * static_cast<int64_t>(self.element_size()));
+  }
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, c10::SymInt offset, c10::SymIntArrayRef size,
+                        c10::SymIntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == c10::DeviceType::PrivateUse1 || source.nbytes() == 0,
+              "tpu: set_ expects a tpu storage, got one on ", source.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  if (!self.storage().is_alias_of(source)) impl->set_storage_keep_dtype(std::move(source));
+  impl->set_storage_offset(offset.guard_int(__FILE__, __LINE__));
+  std::vector<int64_t> sz = C10_AS_INTARRAYREF_SLOW(size).vec();
+  if (stride.empty()) {
+    impl->set_sizes_contiguous(sz);
+  } else {
+    impl->set_sizes_and_strides(sz, C10_AS_INTARRAYREF_SLOW(stride));
+  }
+  if (self.numel() > 0) {
+    int64_t extent = 1;
+    for (int64_t d = 0; d < self.dim(); ++d) extent += (self.size(d) - 1) * self.stride(d);
+    ensure_storage(self, (self.storage_offset() + extent) * static_cast<int64_t>(self.element_size()));
+  }
+  return self;
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, c10::SymInt offset,
+                                      c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return set_storage(self, std::move(source), std::move(offset), size, stride);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes()) / static_cast<int64_t>(self.element_size());
+  std::vector<c10::SymInt> size{c10::SymInt(n)};
+  return set_storage(self, std::move(source), 0, size, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
+  if (self.is_same(src)) return self;
+  return set_storage(self, src.storage(), src.sym_storage_offset(), src.sym_sizes(), src.sym_strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage fresh(c10::Storage::use_byte_size_t(), 0, allocator(), true);
+  std::vector<c10::SymInt> size{c10::SymInt(0)};
+  return set_storage(self, std::move(fresh), 0, size, {});
+}
+
+}  // namespace
+
+// Called from the Python module's init, after every static initializer (the lowering rows register
+// themselves statically, so a static TORCH_LIBRARY_IMPL could run before the table is complete).
+void register_aten_kernels() {
+  static torch::Library m(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  register_table_kernels(m, {"copy_"});
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("copy_", copy_);
+  m.impl("_copy_from", _copy_from);
+  m.impl("_copy_from_and_resize", _copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+  // Views: metadata only, exactly as on CPU.
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
+}
+
+}  // namespace torch_pjrt

@@ -1,0 +1,59 @@
+#include "aten/program.h"
+
+#include "aten/errors.h"
+
+namespace torch_pjrt {
+
+std::vector<pjrt::BufferPtr> run_program(
+    const char* name, int device, const std::vector<const pjrt::Buffer*>& inputs,
+    const std::function<std::vector<hlo::Value>(hlo::Builder&, const std::vector<hlo::Value>&)>& body) {
+  auto& s = session_or_throw();
+  hlo::Builder b;
+  std::vector<hlo::Value> args;
+  std::vector<pjrt::TensorSpec> in_specs, out_specs;
+  for (const auto* in : inputs) {
+    args.push_back(b.arg(hlo::Type{in->type(), in->dims()}));
+    in_specs.push_back({in->type(), in->dims()});
+  }
+  auto results = body(b, args);
+  for (const auto& r : results) out_specs.push_back({r.elem(), r.dims()});
+  b.ret(results);
+  return guarded(name, [&] {
+    auto exe = s.programs().get(b.module_text(), in_specs, out_specs);
+    return exe->execute(device, inputs, name);
+  });
+}
+
+pjrt::BufferPtr dense_buffer(const at::Tensor& t) {
+  const StorageHandle& h = handle_of(t);
+  if (!h.buffer) return nullptr;
+  lowering::BaseForm form = base_form(t.storage());
+  lowering::ViewForm view = view_form(t);
+  if (form.elem == view.elem && view.offset == 0 && view.contiguous() && view.numel() == h.buffer->numel()) {
+    return h.buffer;  // same bytes in the same order; dims do not matter to a download
+  }
+  return run_program("materialize_view", h.device, {h.buffer.get()},
+                     [&](hlo::Builder& b, const std::vector<hlo::Value>& a) {
+                       return std::vector<hlo::Value>{lowering::read_view(b, a[0], form, view)};
+                     })[0];
+}
+
+pjrt::BufferPtr resized_base(const StorageHandle& h, const lowering::BaseForm& form, size_t nbytes) {
+  size_t width = pjrt::byte_size(form.elem);
+  pjrt::ElementType elem = nbytes % width == 0 && form.nbytes % width == 0 ? form.elem : pjrt::ElementType::kU8;
+  int64_t w = static_cast<int64_t>(pjrt::byte_size(elem));
+  int64_t old_n = form.nbytes / w, new_n = static_cast<int64_t>(nbytes) / w;
+  return run_program("resize_storage", h.device, {h.buffer.get()},
+                     [&](hlo::Builder& b, const std::vector<hlo::Value>& a) {
+                       lowering::ViewForm flat{elem, {old_n}, {1}, 0};
+                       hlo::Value v = lowering::read_view(b, a[0], form, flat);
+                       if (new_n <= old_n) {
+                         v = b.slice(v, {0}, {new_n}, {1});
+                       } else {
+                         v = b.pad(v, b.constant(0, hlo::Type{elem, {}}), {0}, {new_n - old_n}, {0});
+                       }
+                       return std::vector<hlo::Value>{v};
+                     })[0];
+}
+
+}  // namespace torch_pjrt

@@ -1,0 +1,225 @@
+#include "aten/storage.h"
+
+#include <ATen/EmptyTensor.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/StorageImpl.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "aten/errors.h"
+#include "aten/program.h"
+#include "pjrt/session.h"
+
+namespace torch_pjrt {
+namespace {
+
+thread_local int tls_device = 0;
+
+// Fake device addresses: unique, 256-byte aligned ranges in a part of the address space the host heap
+// does not use. Only compared, never dereferenced.
+void* fake_address(size_t nbytes) {
+  static std::atomic<uint64_t> next{1ULL << 40};
+  uint64_t span = ((std::max<size_t>(nbytes, 1) + 255) / 256) * 256 + 256;
+  uint64_t p = next.fetch_add(span, std::memory_order_relaxed);
+  if (p + span >= (1ULL << 46)) {  // 64 TiB of allocations later: start over
+    next.store(1ULL << 40);
+    p = next.fetch_add(span);
+  }
+  return reinterpret_cast<void*>(p);
+}
+
+void delete_handle(void* ctx) { delete static_cast<StorageHandle*>(ctx); }
+
+c10::DataPtr make_data_ptr(StorageHandle* h, size_t nbytes) {
+  return c10::DataPtr(fake_address(nbytes), h, &delete_handle,
+                      c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(h->device)));
+}
+
+int64_t device_memory_limit(int device) {
+  auto& s = pjrt::Session::get();
+  auto stats = s.client().memory_stats(device);
+  if (stats.bytes_limit > 0) return stats.bytes_limit;
+  // The CPU plugin reports nothing: its memory is the host's.
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+}
+
+class TpuAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    int device = current_device();
+    session_or_throw();
+    int64_t limit = device_memory_limit(device);
+    TORCH_CHECK_WITH(OutOfMemoryError, static_cast<int64_t>(nbytes) <= limit,
+                     "tpu: out of memory: tried to allocate ", nbytes, " bytes on tpu:", device,
+                     " whose capacity is ", limit, " bytes");
+    return make_data_ptr(new StorageHandle{nullptr, device}, nbytes);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    TORCH_CHECK(false, "tpu: raw copies of device memory are not supported");
+  }
+  bool initialized() override { return pjrt::Session::get_or_null() != nullptr; }
+  void emptyCache(c10::MempoolId_t) override {}  // buffers are freed when their storages die
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    auto& agg = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    agg.current = pjrt::Buffer::live_bytes(device);
+    agg.peak = pjrt::Buffer::peak_bytes(device);
+    stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)] = agg;
+    auto& count = stats.allocation[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    count.current = pjrt::Buffer::live_count(device);
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex) override {}
+  void resetPeakStats(c10::DeviceIndex device) override { pjrt::Buffer::reset_peak_bytes(device); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    auto& s = session_or_throw();
+    auto stats = s.client().memory_stats(device);
+    if (stats.bytes_limit > 0 && stats.bytes_in_use >= 0) {
+      return {static_cast<size_t>(stats.bytes_limit - stats.bytes_in_use), static_cast<size_t>(stats.bytes_limit)};
+    }
+    size_t total = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    size_t avail = static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    return {avail, total};
+  }
+};
+
+TpuAllocator g_allocator;
+
+}  // namespace
+
+c10::Allocator* allocator() { return &g_allocator; }
+
+StorageHandle& handle_of(const c10::Storage& storage) {
+  void* ctx = storage.data_ptr().get_context();
+  TORCH_CHECK(ctx && storage.data_ptr().get_deleter() == &delete_handle,
+              "tpu: storage was not allocated by torch_pjrt");
+  return *static_cast<StorageHandle*>(ctx);
+}
+
+lowering::BaseForm base_form(const c10::Storage& storage) {
+  lowering::BaseForm f;
+  const StorageHandle& h = handle_of(storage);
+  f.nbytes = static_cast<int64_t>(storage.nbytes());
+  if (h.buffer) {
+    f.present = true;
+    f.elem = h.buffer->type();
+    f.dims = h.buffer->dims();
+  }
+  return f;
+}
+
+lowering::ViewForm view_form(const at::Tensor& t) {
+  lowering::ViewForm v;
+  v.elem = element_type(t.scalar_type());
+  v.sizes.assign(t.sizes().begin(), t.sizes().end());
+  v.strides.assign(t.strides().begin(), t.strides().end());
+  v.offset = t.storage_offset();
+  return v;
+}
+
+at::Tensor wrap_buffer(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::ScalarType dtype) {
+  size_t nbytes = buffer->nbytes();
+  auto* h = new StorageHandle{std::move(buffer), 0};
+  h->device = h->buffer->device();
+  auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                    make_data_ptr(h, nbytes), allocator(), /*resizable=*/true);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(std::move(impl)),
+                                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                    caffe2::TypeMeta::fromScalarType(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  return t;
+}
+
+at::Tensor upload(const at::Tensor& cpu, int device) {
+  at::Tensor src = cpu.contiguous();
+  pjrt::ElementType type = element_type(src.scalar_type());
+  std::vector<int64_t> dims(src.sizes().begin(), src.sizes().end());
+  auto& s = session_or_throw();
+  pjrt::BufferPtr buffer = guarded("host_to_device", [&] {
+    return s.client().from_host(src.data_ptr(), type, dims, device);
+  });
+  return wrap_buffer(std::move(buffer), src.sizes(), src.scalar_type());
+}
+
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
+  StorageHandle& h = handle_of(storage);
+  auto* impl = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(impl->resizable(), "tpu: trying to resize storage that is not resizable");
+  if (h.buffer && nbytes != storage.nbytes()) {
+    h.buffer = resized_base(h, base_form(storage), nbytes);
+  }
+  // A new address range: the old one may be too short for the new size.
+  c10::DataPtr old = impl->set_data_ptr(make_data_ptr(&h, nbytes));
+  (void)old.release_context();  // the handle lives on in the new DataPtr
+  impl->set_nbytes(nbytes);
+}
+
+pjrt::ElementType element_type(at::ScalarType t) {
+  using E = pjrt::ElementType;
+  switch (t) {
+    case at::kBool: return E::kPred;
+    case at::kByte: return E::kU8;
+    case at::kChar: return E::kS8;
+    case at::kShort: return E::kS16;
+    case at::kInt: return E::kS32;
+    case at::kLong: return E::kS64;
+    case at::kUInt16: return E::kU16;
+    case at::kUInt32: return E::kU32;
+    case at::kUInt64: return E::kU64;
+    case at::kHalf: return E::kF16;
+    case at::kBFloat16: return E::kBF16;
+    case at::kFloat: return E::kF32;
+    case at::kDouble: return E::kF64;
+    case at::kComplexFloat: return E::kC64;
+    case at::kComplexDouble: return E::kC128;
+    default: TORCH_CHECK_TYPE(false, "tpu: dtype ", t, " is not supported on tpu devices");
+  }
+}
+
+at::ScalarType scalar_type(pjrt::ElementType t) {
+  using E = pjrt::ElementType;
+  switch (t) {
+    case E::kPred: return at::kBool;
+    case E::kU8: return at::kByte;
+    case E::kS8: return at::kChar;
+    case E::kS16: return at::kShort;
+    case E::kS32: return at::kInt;
+    case E::kS64: return at::kLong;
+    case E::kU16: return at::kUInt16;
+    case E::kU32: return at::kUInt32;
+    case E::kU64: return at::kUInt64;
+    case E::kF16: return at::kHalf;
+    case E::kBF16: return at::kBFloat16;
+    case E::kF32: return at::kFloat;
+    case E::kF64: return at::kDouble;
+    case E::kC64: return at::kComplexFloat;
+    case E::kC128: return at::kComplexDouble;
+    default: TORCH_CHECK(false, "tpu: no torch dtype for PJRT type ", static_cast<int>(t));
+  }
+}
+
+int current_device() { return tls_device; }
+
+void set_current_device(int index) {
+  TORCH_CHECK(index >= 0 && index < std::max(device_count(), 1), "tpu: invalid device index ", index,
+              " (device count is ", device_count(), ")");
+  tls_device = index;
+}
+
+int device_count() noexcept {
+  try {
+    auto* s = pjrt::Session::get_or_null();
+    return s ? s->client().device_count() : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+c10::Device tpu_device(int index) {
+  return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index));
+}
+
+}  // namespace torch_pjrt

@@ -1,0 +1,50 @@
+// Storages on "tpu": a storage's DataPtr carries a StorageHandle, a swappable reference to one PJRT
+// buffer (the base). Writes swap the handle's buffer; every alias of the storage sees the new value.
+// Data pointers are fake, unique address ranges: torch compares them (aliasing, overlap checks) but
+// never dereferences device memory.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include "lowering/view.h"
+#include "pjrt/runtime.h"
+
+namespace torch_pjrt {
+
+struct StorageHandle {
+  pjrt::BufferPtr buffer;  // null until first written (torch.empty)
+  int device = 0;
+};
+
+// The handle behind a tpu tensor's storage.
+StorageHandle& handle_of(const c10::Storage& storage);
+inline StorageHandle& handle_of(const at::Tensor& t) { return handle_of(t.storage()); }
+
+// The storage's base form, as the lowering layer sees it.
+lowering::BaseForm base_form(const c10::Storage& storage);
+// The tensor's view form over its storage.
+lowering::ViewForm view_form(const at::Tensor& t);
+
+// A new tpu tensor (contiguous, sizes `sizes`) owning `buffer` as its storage's base.
+at::Tensor wrap_buffer(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::ScalarType dtype);
+
+// Uploads a CPU tensor (any strides) as a new tpu tensor of the same dtype and shape.
+at::Tensor upload(const at::Tensor& cpu, int device);
+// Copies a tpu tensor to a new contiguous CPU tensor; blocks (a sync point).
+at::Tensor download(const at::Tensor& t);
+
+// Grows or shrinks a storage to `nbytes`, keeping its contents (storage.resize_, tensor.resize_).
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
+
+c10::Allocator* allocator();
+pjrt::ElementType element_type(at::ScalarType t);  // throws for dtypes PJRT cannot hold
+at::ScalarType scalar_type(pjrt::ElementType t);
+
+// The device index of the current "tpu" device (thread-local, as torch.cuda.current_device()).
+int current_device();
+void set_current_device(int index);
+int device_count() noexcept;  // 0 when no plugin is available
+c10::Device tpu_device(int index);
+
+}  // namespace torch_pjrt

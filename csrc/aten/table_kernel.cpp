@@ -1,0 +1,767 @@
+// The dispatcher kernel behind every lowering row: an ATen call becomes cache key -> executable ->
+// execute. One boxed kernel serves the functional, in-place and out= overloads of a row.
+//
+// Hot path (a cache hit): walk the stack once to build a compact key of int64 words (dtypes, sizes,
+// strides, offsets, storage forms, the scalar arguments that shape the program), find the entry, gather
+// argument buffers (storage bases, run-time scalars from a small cache), execute, then wrap or swap the
+// output buffers. No strings, no Python, no meta tensors.
+//
+// Miss: shape inference and argument checking run the same op on meta tensors (so bad input raises
+// exactly what CPU raises, before any device work), the row lowers dense values to StableHLO, views
+// are read from and written back to their storages' bases inside the same program, and the program is
+// compiled through the program cache.
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/irange.h>
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "aten/errors.h"
+#include "aten/execution.h"
+#include "aten/fallback.h"
+#include "aten/generator.h"
+#include "aten/storage.h"
+#include "lowering/table.h"
+
+namespace torch_pjrt {
+namespace {
+
+using lowering::Arg;
+using pjrt::ElementType;
+
+enum class Kind : uint8_t {
+  kTensor,
+  kTensorList,     // Tensor[] and Tensor?[]
+  kScalar,
+  kScalarList,
+  kInt,
+  kIntList,
+  kDouble,
+  kBool,
+  kString,
+  kDtype,
+  kIgnored,        // Layout, MemoryFormat, Device, Generator: no effect on the program
+  kDevice,
+};
+
+Kind kind_of(const c10::TypePtr& type) {
+  c10::TypePtr t = type;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  switch (t->kind()) {
+    case c10::TypeKind::TensorType: return Kind::kTensor;
+    case c10::TypeKind::NumberType: return Kind::kScalar;
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType: return Kind::kInt;
+    case c10::TypeKind::FloatType: return Kind::kDouble;
+    case c10::TypeKind::BoolType: return Kind::kBool;
+    case c10::TypeKind::StringType: return Kind::kString;
+    case c10::TypeKind::ScalarTypeType: return Kind::kDtype;
+    case c10::TypeKind::DeviceObjType: return Kind::kDevice;
+    case c10::TypeKind::ListType: {
+      c10::TypePtr e = t->cast<c10::ListType>()->getElementType();
+      if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
+      if (e->kind() == c10::TypeKind::TensorType) return Kind::kTensorList;
+      if (e->kind() == c10::TypeKind::NumberType) return Kind::kScalarList;
+      return Kind::kIntList;
+    }
+    default: return Kind::kIgnored;
+  }
+}
+
+enum Tag : int64_t { kNoneTag = -1, kTensorTag = -2, kCpuScalarTag = -3, kScalarTag = -4, kListTag = -5 };
+
+int64_t scalar_kind(const c10::Scalar& s) {
+  if (s.isComplex()) return static_cast<int64_t>(ElementType::kC128);
+  if (s.isFloatingPoint()) return static_cast<int64_t>(ElementType::kF64);
+  if (s.isBoolean()) return static_cast<int64_t>(ElementType::kPred);
+  return static_cast<int64_t>(ElementType::kS64);
+}
+
+// Where a program argument comes from at run time.
+struct Source {
+  enum What : uint8_t { kStorage, kScalarArg, kScalarListItem, kCpuTensor, kCpuListItem, kRng } what;
+  int index;  // storage slot, or stack argument
+  int item;   // list element
+  ElementType type;
+};
+
+// What a program result becomes.
+struct Sink {
+  bool new_tensor;  // else: the new base of storage slot `index`
+  int index;        // functional result index (new tensors), or storage slot
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype;
+};
+
+struct Entry {
+  std::vector<int64_t> key;
+  pjrt::ExecutablePtr exe;
+  std::vector<Source> sources;
+  std::vector<Sink> sinks;
+  size_t num_results = 0;
+  bool fallback = false;
+  std::string fallback_reason;
+};
+
+// Per-call facts gathered while building the key.
+struct Call {
+  std::vector<c10::StorageImpl*> slots;
+  std::vector<c10::Storage> storages;
+  int device = -1;
+  bool has_tpu_tensor = false;
+};
+
+struct Return {
+  bool aliases_arg;  // returns an argument (in-place / out=) rather than a new tensor
+  int index;         // argument index, or functional result index
+  bool is_list;
+};
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+
+class TableKernel final : public c10::OperatorKernel {
+ public:
+  TableKernel(const lowering::Row* row, std::string name) : row_(row), name_(std::move(name)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    prepare(op);
+    const size_t n = schema_args_;
+    const size_t base = stack->size() - n;
+    thread_local std::vector<int64_t> key;
+    key.clear();
+    Call call;
+    build_key(*stack, base, key, call);
+    if (call.device < 0) call.device = current_device();
+    uint64_t hash = 1469598103934665603ULL;
+    for (int64_t w : key) hash = mix(hash, static_cast<uint64_t>(w));
+    Entry* entry = find(hash, key);
+    if (entry) metrics().cache_hits.fetch_add(1, std::memory_order_relaxed);
+    if (!entry) {
+      bool restart = false;
+      entry = build_entry(op, stack, base, call, hash, &restart);
+      if (restart) return (*this)(op, c10::DispatchKeySet(), stack);  // out= tensors were resized
+    }
+    if (entry->fallback) {
+      run_fallback(op, stack, entry->fallback_reason);
+      return;
+    }
+    execute(*entry, stack, base, call);
+  }
+
+ private:
+  // ------------------------------------------------------------------------------- schema analysis
+  void prepare(const c10::OperatorHandle& op) {
+    std::call_once(prepared_, [&] {
+      const auto& schema = op.schema();
+      schema_args_ = schema.arguments().size();
+      for (const auto& a : schema.arguments()) {
+        kinds_.push_back(kind_of(a.real_type()));
+        bool w = a.alias_info() && a.alias_info()->isWrite();
+        written_.push_back(w);
+        if (w && a.kwarg_only()) is_out_ = true;
+        if (w && !a.kwarg_only()) is_inplace_ = true;
+      }
+      functional_args_ = schema_args_;
+      if (is_out_) {
+        for (size_t i = 0; i < schema_args_; ++i)
+          if (written_[i] && schema.arguments()[i].kwarg_only()) functional_args_ = std::min(functional_args_, i);
+      }
+      std::vector<int> written_args;
+      for (size_t i = 0; i < schema_args_; ++i)
+        if (written_[i]) written_args.push_back(static_cast<int>(i));
+      int next_written = 0, next_result = 0;
+      for (const auto& r : schema.returns()) {
+        bool is_list = r.type()->kind() == c10::TypeKind::ListType;
+        if (r.alias_info()) {
+          returns_.push_back({true, written_args.at(next_written++), is_list});
+        } else {
+          returns_.push_back({false, next_result++, is_list});
+        }
+      }
+      const std::string& fname = row_->overloads.front();
+      auto dot = fname.find('.');
+      std::string base = "aten::" + fname.substr(0, dot);
+      std::string overload = dot == std::string::npos ? "" : fname.substr(dot + 1);
+      functional_ = c10::Dispatcher::singleton().findSchemaOrThrow(base.c_str(), overload.c_str());
+      functional_returns_ = functional_->schema().returns().size();
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------- the key
+  void tensor_key(const at::Tensor& t, std::vector<int64_t>& key, Call& call) {
+    if (!t.defined()) {
+      key.push_back(kNoneTag);
+      return;
+    }
+    if (t.device().type() != c10::DeviceType::PrivateUse1) {
+      TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
+                  "Expected all tensors to be on the same device, but found at least two devices, tpu and ",
+                  t.device(), "! (in ", name_, ")");
+      key.push_back(kCpuScalarTag);
+      key.push_back(static_cast<int64_t>(t.scalar_type()));
+      key.push_back(t.unsafeGetTensorImpl()->is_wrapped_number());
+      return;
+    }
+    int dev = t.device().index();
+    if (call.device < 0) call.device = dev;
+    TORCH_CHECK(dev == call.device, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
+                call.device, " and tpu:", dev, "! (in ", name_, ")");
+    call.has_tpu_tensor = true;
+    key.push_back(kTensorTag);
+    key.push_back(static_cast<int64_t>(t.scalar_type()));
+    const int64_t dim = t.dim();
+    key.push_back(dim);
+    for (int64_t d : t.sizes()) key.push_back(d);
+    for (int64_t s : t.strides()) key.push_back(s);
+    key.push_back(t.storage_offset());
+    c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    int slot = -1;
+    for (size_t i = 0; i < call.slots.size(); ++i)
+      if (call.slots[i] == impl) slot = static_cast<int>(i);
+    if (slot >= 0) {
+      key.push_back(slot);
+      return;
+    }
+    key.push_back(static_cast<int64_t>(call.slots.size()));
+    call.slots.push_back(impl);
+    call.storages.push_back(t.storage());
+    // The storage's base form, once per storage.
+    const StorageHandle& h = handle_of(t.storage());
+    key.push_back(static_cast<int64_t>(t.storage().nbytes()));
+    if (!h.buffer) {
+      key.push_back(kNoneTag);
+    } else {
+      key.push_back(static_cast<int64_t>(h.buffer->type()));
+      key.push_back(static_cast<int64_t>(h.buffer->dims().size()));
+      for (int64_t d : h.buffer->dims()) key.push_back(d);
+    }
+  }
+
+  void build_key(const torch::jit::Stack& stack, size_t base, std::vector<int64_t>& key, Call& call) {
+    const bool bake = row_->flags & lowering::kBakeScalars;
+    for (size_t i = 0; i < schema_args_; ++i) {
+      const c10::IValue& v = stack[base + i];
+      if (v.isNone()) {
+        key.push_back(kNoneTag);
+        continue;
+      }
+      switch (kinds_[i]) {
+        case Kind::kTensor: tensor_key(v.toTensor(), key, call); break;
+        case Kind::kTensorList: {
+          key.push_back(kListTag);
+          if (v.isTensorList()) {
+            auto list = v.toTensorList();
+            key.push_back(static_cast<int64_t>(list.size()));
+            for (const at::Tensor& t : list) tensor_key(t, key, call);
+          } else {
+            auto list = v.toOptionalTensorList();
+            key.push_back(static_cast<int64_t>(list.size()));
+            for (const std::optional<at::Tensor> t : list) tensor_key(t.has_value() ? *t : at::Tensor(), key, call);
+          }
+          break;
+        }
+        case Kind::kScalar: {
+          c10::Scalar s = v.toScalar();
+          key.push_back(kScalarTag);
+          key.push_back(scalar_kind(s));
+          if (bake) {
+            double d = s.isComplex() ? s.toComplexDouble().real() : s.toDouble();
+            int64_t bits;
+            std::memcpy(&bits, &d, sizeof bits);
+            key.push_back(bits);
+            if (s.isIntegral(false)) key.push_back(s.toLong());
+          }
+          break;
+        }
+        case Kind::kScalarList: {
+          auto list = v.toListRef();
+          key.push_back(kListTag);
+          key.push_back(static_cast<int64_t>(list.size()));
+          for (const auto& e : list) key.push_back(scalar_kind(e.toScalar()));
+          break;
+        }
+        case Kind::kInt:
+        case Kind::kBool:
+        case Kind::kDtype: key.push_back(v.isBool() ? v.toBool() : v.toInt()); break;
+        case Kind::kIntList: {
+          auto list = v.toListRef();
+          key.push_back(static_cast<int64_t>(list.size()));
+          for (const auto& e : list) key.push_back(e.isInt() ? e.toInt() : e.toSymInt().guard_int(__FILE__, __LINE__));
+          break;
+        }
+        case Kind::kDouble: {
+          double d = v.toDouble();
+          int64_t bits;
+          std::memcpy(&bits, &d, sizeof bits);
+          key.push_back(bits);
+          break;
+        }
+        case Kind::kString: {
+          const std::string& s = v.toStringRef();
+          key.push_back(static_cast<int64_t>(s.size()));
+          for (char c : s) key.push_back(c);
+          break;
+        }
+        case Kind::kDevice: {
+          c10::Device d = v.toDevice();
+          if (d.type() == c10::DeviceType::PrivateUse1 && call.device < 0)
+            call.device = d.has_index() ? d.index() : current_device();
+          key.push_back(d.has_index() ? d.index() : -7);
+          break;
+        }
+        case Kind::kIgnored: key.push_back(0); break;
+      }
+    }
+  }
+
+  Entry* find(uint64_t hash, const std::vector<int64_t>& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(hash);
+    if (it == entries_.end()) return nullptr;
+    for (auto& e : it->second)
+      if (e->key == key) return e.get();
+    return nullptr;
+  }
+
+  // ------------------------------------------------------------------------------------ miss: build
+  Entry* build_entry(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t base, Call& call, uint64_t hash,
+                     bool* restart) {
+    auto entry = std::make_unique<Entry>();
+    entry->key = key_copy(*stack, base, call);
+    try {
+      build_program(op, *stack, base, call, *entry, restart);
+    } catch (const c10::NotImplementedError& e) {
+      // no meta kernel (or an unsupported dtype): not a user error, so the CPU may still run it
+      entry->fallback = true;
+      entry->fallback_reason = std::string("shape inference failed: ") + e.what_without_backtrace();
+    } catch (const hlo::Error& e) {
+      entry->fallback = true;
+      entry->fallback_reason = e.what();
+    } catch (const pjrt::Error& e) {
+      entry->fallback = true;
+      entry->fallback_reason = std::string("compile failed: ") + e.what();
+    }
+    if (*restart) return nullptr;
+    metrics().cache_misses.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& bucket = entries_[hash];
+    bucket.push_back(std::move(entry));
+    return bucket.back().get();
+  }
+
+  std::vector<int64_t> key_copy(const torch::jit::Stack& stack, size_t base, Call&) {
+    std::vector<int64_t> key;
+    Call scratch;
+    build_key(stack, base, key, scratch);
+    return key;
+  }
+
+  c10::IValue to_meta(const c10::IValue& v, Kind kind, std::map<std::pair<void*, int>, at::Tensor>& bases) {
+    auto meta_tensor = [&](const at::Tensor& t) -> at::Tensor {
+      if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+      auto k = std::make_pair(static_cast<void*>(t.storage().unsafeGetStorageImpl()),
+                              static_cast<int>(t.scalar_type()));
+      int64_t item = static_cast<int64_t>(t.element_size());
+      int64_t need = t.storage().nbytes() / item;
+      if (t.numel() > 0) {
+        int64_t extent = t.storage_offset() + 1;
+        for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+        need = std::max(need, extent);
+      }
+      auto it = bases.find(k);
+      if (it == bases.end() || it->second.numel() < need) {
+        it = bases.insert_or_assign(k, at::empty({need}, t.options().device(c10::kMeta))).first;
+      }
+      return it->second.as_strided(t.sizes(), t.strides(), t.storage_offset());
+    };
+    if (v.isNone()) return v;
+    switch (kind) {
+      case Kind::kTensor: return meta_tensor(v.toTensor());
+      case Kind::kTensorList: {
+        if (v.isTensorList()) {
+          c10::List<at::Tensor> out;
+          for (const at::Tensor& t : v.toTensorList()) out.push_back(meta_tensor(t));
+          return out;
+        }
+        c10::List<std::optional<at::Tensor>> out;
+        for (const std::optional<at::Tensor> t : v.toOptionalTensorList())
+          out.push_back(t.has_value() ? std::optional<at::Tensor>(meta_tensor(*t)) : std::nullopt);
+        return out;
+      }
+      case Kind::kDevice: return c10::Device(c10::kMeta);
+      default: return v;
+    }
+  }
+
+  void build_program(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t base, Call& call,
+                     Entry& entry, bool* restart) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    // 1. Shape inference and argument checks on meta tensors: the op itself (raises what CPU raises) ...
+    std::map<std::pair<void*, int>, at::Tensor> meta_bases;
+    torch::jit::Stack meta;
+    for (size_t i = 0; i < schema_args_; ++i) meta.push_back(to_meta(stack[base + i], kinds_[i], meta_bases));
+    torch::jit::Stack variant_meta = meta;
+    if (is_inplace_ || is_out_) {
+      op.callBoxed(&variant_meta);
+      if (is_out_) {
+        // out= tensors take the result's shape first; then the call starts over with the new key
+        for (size_t i = functional_args_; i < schema_args_; ++i) {
+          if (!written_[i] || !stack[base + i].isTensor()) continue;
+          const at::Tensor& real = stack[base + i].toTensor();
+          const at::Tensor& fake = meta[i].toTensor();
+          if (real.sizes() != fake.sizes()) {
+            at::native::resize_output(real, fake.sizes());
+            *restart = true;
+          }
+        }
+        if (*restart) return;
+      }
+    }
+    // ... and the functional overload, whose results the row computes.
+    torch::jit::Stack fmeta(meta.begin(), meta.begin() + functional_args_);
+    {
+      std::map<std::pair<void*, int>, at::Tensor> fresh_bases;
+      for (size_t i = 0; i < functional_args_; ++i) fmeta[i] = to_meta(stack[base + i], kinds_[i], fresh_bases);
+    }
+    functional_->callBoxed(&fmeta);
+    std::vector<pjrt::TensorSpec> outs;
+    std::vector<at::ScalarType> out_dtypes;
+    for (const auto& r : fmeta) {
+      auto add = [&](const at::Tensor& t) {
+        outs.push_back({element_type(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(), t.sizes().end())});
+        out_dtypes.push_back(t.scalar_type());
+      };
+      if (r.isTensor()) add(r.toTensor());
+      else if (r.isTensorList())
+        for (const at::Tensor& t : r.toTensorList()) add(t);
+    }
+
+    // 2. The program: storage bases and run-time scalars are arguments; views are read inside.
+    hlo::Builder b;
+    std::vector<pjrt::TensorSpec> in_specs;
+    std::vector<lowering::BaseForm> forms;
+    std::vector<hlo::Value> slot_values;
+    for (size_t s = 0; s < call.slots.size(); ++s) {
+      lowering::BaseForm f = base_form(call.storages[s]);
+      forms.push_back(f);
+      if (f.present) {
+        slot_values.push_back(b.arg(hlo::Type{f.elem, f.dims}));
+        in_specs.push_back({f.elem, f.dims});
+        entry.sources.push_back({Source::kStorage, static_cast<int>(s), 0, f.elem});
+      } else {
+        slot_values.push_back(hlo::Value{});
+      }
+    }
+    auto slot_of = [&](const at::Tensor& t) {
+      for (size_t s = 0; s < call.slots.size(); ++s)
+        if (call.slots[s] == t.storage().unsafeGetStorageImpl()) return static_cast<int>(s);
+      return -1;
+    };
+    auto add_input = [&](ElementType type, Source src) {
+      hlo::Value v = b.arg(hlo::Type{type, {}});
+      in_specs.push_back({type, {}});
+      src.type = type;
+      entry.sources.push_back(src);
+      return v;
+    };
+    auto tensor_arg = [&](const at::Tensor& t, int index, int item, bool in_list) -> Arg {
+      Arg a;
+      if (!t.defined()) return a;
+      a.kind = Arg::kTensor;
+      if (t.device().type() != c10::DeviceType::PrivateUse1) {
+        a.value = add_input(element_type(t.scalar_type()),
+                            {in_list ? Source::kCpuListItem : Source::kCpuTensor, index, item, ElementType::kInvalid});
+        a.weak = t.unsafeGetTensorImpl()->is_wrapped_number();
+        return a;
+      }
+      int s = slot_of(t);
+      a.value = lowering::read_view(b, slot_values[s], forms[s], view_form(t));
+      return a;
+    };
+    lowering::Ctx ctx{b, {}, outs, {}, {}};
+    const bool bake = row_->flags & lowering::kBakeScalars;
+    for (size_t i = 0; i < functional_args_; ++i) {
+      const c10::IValue& v = stack[base + i];
+      Arg a;
+      if (v.isNone()) {
+        ctx.args.push_back(a);
+        continue;
+      }
+      switch (kinds_[i]) {
+        case Kind::kTensor: a = tensor_arg(v.toTensor(), static_cast<int>(i), 0, false); break;
+        case Kind::kTensorList: {
+          a.kind = Arg::kTensorList;
+          std::vector<at::Tensor> items;
+          if (v.isTensorList()) {
+            for (const at::Tensor& t : v.toTensorList()) items.push_back(t);
+          } else {
+            for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) items.push_back(t ? *t : at::Tensor());
+          }
+          for (size_t k = 0; k < items.size(); ++k)
+            a.list.push_back(tensor_arg(items[k], static_cast<int>(i), static_cast<int>(k), true).value);
+          break;
+        }
+        case Kind::kScalar: {
+          c10::Scalar sc = v.toScalar();
+          a.kind = Arg::kScalar;
+          a.weak = true;
+          a.scalar_type = static_cast<ElementType>(scalar_kind(sc));
+          if (bake) {
+            a.d = sc.isComplex() ? sc.toComplexDouble().real() : sc.toDouble();
+            { auto z = sc.toComplexDouble(); a.c = std::complex<double>(z.real(), z.imag()); }
+            if (sc.isIntegral(false)) a.i = sc.toLong();
+            if (sc.isBoolean()) a.i = sc.toBool();
+          } else {
+            a.value = add_input(a.scalar_type, {Source::kScalarArg, static_cast<int>(i), 0, ElementType::kInvalid});
+          }
+          break;
+        }
+        case Kind::kScalarList: {
+          a.kind = Arg::kTensorList;
+          a.weak = true;
+          auto list = v.toListRef();
+          for (size_t k = 0; k < list.size(); ++k) {
+            ElementType t = static_cast<ElementType>(scalar_kind(list[k].toScalar()));
+            a.list.push_back(add_input(t, {Source::kScalarListItem, static_cast<int>(i), static_cast<int>(k), t}));
+          }
+          break;
+        }
+        case Kind::kInt:
+          a.kind = Arg::kInt;
+          a.i = v.toInt();
+          break;
+        case Kind::kBool:
+          a.kind = Arg::kBool;
+          a.i = v.toBool();
+          break;
+        case Kind::kDtype:
+          a.kind = Arg::kDtype;
+          a.scalar_type = element_type(static_cast<at::ScalarType>(v.toInt()));
+          break;
+        case Kind::kIntList: {
+          a.kind = Arg::kInts;
+          for (const auto& e : v.toListRef()) a.ints.push_back(e.isInt() ? e.toInt() : e.toSymInt().guard_int(__FILE__, __LINE__));
+          break;
+        }
+        case Kind::kDouble:
+          a.kind = Arg::kDouble;
+          a.d = v.toDouble();
+          break;
+        case Kind::kString:
+          a.kind = Arg::kString;
+          a.s = v.toStringRef();
+          break;
+        default: break;
+      }
+      ctx.args.push_back(std::move(a));
+    }
+    if (row_->flags & lowering::kRandom) {
+      ctx.rng_state = add_input(ElementType::kU64, {Source::kRng, 0, 0, ElementType::kU64});
+      // the state is a 2-vector; add_input made a scalar: fix its type
+      in_specs.back() = {ElementType::kU64, {2}};
+      ctx.rng_state = hlo::Value{ctx.rng_state.id, hlo::Type{ElementType::kU64, {2}}};
+    }
+
+    // 3. Lower, then convert results to the types shape inference promised.
+    std::vector<hlo::Value> results = row_->fn(ctx);
+    if (results.size() != outs.size())
+      throw hlo::Error(name_ + ": lowering returned " + std::to_string(results.size()) + " results, expected " +
+                       std::to_string(outs.size()));
+    for (size_t r = 0; r < results.size(); ++r) {
+      if (results[r].dims() != outs[r].dims)
+        throw hlo::Error(name_ + ": lowering produced " + results[r].type.str() + ", expected " + outs[r].str());
+      results[r] = b.convert(results[r], outs[r].type);
+    }
+
+    // 4. Outputs: new tensors (functional), or new bases for written storages (in-place, out=).
+    std::vector<hlo::Value> program_outputs;
+    std::vector<pjrt::TensorSpec> out_specs;
+    if (!is_inplace_ && !is_out_) {
+      for (size_t r = 0; r < results.size(); ++r) {
+        program_outputs.push_back(results[r]);
+        out_specs.push_back(outs[r]);
+        entry.sinks.push_back({true, static_cast<int>(r), outs[r].dims, out_dtypes[r]});
+      }
+    } else {
+      std::vector<at::Tensor> targets;
+      for (size_t i = 0; i < schema_args_; ++i) {
+        if (!written_[i]) continue;
+        const c10::IValue& v = stack[base + i];
+        if (v.isTensor()) targets.push_back(v.toTensor());
+        else if (v.isTensorList())
+          for (const at::Tensor& t : v.toTensorList()) targets.push_back(t);
+      }
+      if (targets.size() != results.size())
+        throw hlo::Error(name_ + ": " + std::to_string(targets.size()) + " written tensors for " +
+                         std::to_string(results.size()) + " results");
+      std::vector<bool> touched(call.slots.size(), false);
+      for (size_t r = 0; r < targets.size(); ++r) {
+        int s = slot_of(targets[r]);
+        lowering::ViewForm view = view_form(targets[r]);
+        hlo::Value value = b.convert(results[r], view.elem);
+        lowering::BaseForm new_form;
+        slot_values[s] = lowering::write_view(b, slot_values[s], forms[s], view, value, &new_form);
+        forms[s] = new_form;
+        touched[s] = true;
+      }
+      for (size_t s = 0; s < call.slots.size(); ++s) {
+        if (!touched[s]) continue;
+        program_outputs.push_back(slot_values[s]);
+        out_specs.push_back({forms[s].elem, forms[s].dims});
+        entry.sinks.push_back({false, static_cast<int>(s), forms[s].dims, scalar_type(forms[s].elem)});
+      }
+    }
+    entry.num_results = results.size();
+    b.ret(program_outputs);
+    auto& session = session_or_throw();
+    entry.exe = session.programs().get(b.module_text(name_for_module()), in_specs, out_specs);
+  }
+
+  std::string name_for_module() const {
+    std::string s;
+    for (char c : row_->overloads.front()) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    return s;
+  }
+
+  // ------------------------------------------------------------------------------------ hit: execute
+  void execute(const Entry& entry, torch::jit::Stack* stack, size_t base, Call& call) {
+    const torch::jit::Stack& s = *stack;
+    std::vector<const pjrt::Buffer*> args;
+    args.reserve(entry.sources.size());
+    pjrt::BufferPtr keep_small[8];
+    std::vector<pjrt::BufferPtr> keep_large;
+    size_t kept = 0;
+    auto keep = [&](pjrt::BufferPtr p) {
+      const pjrt::Buffer* raw = p.get();
+      if (kept < 8) keep_small[kept++] = std::move(p);
+      else keep_large.push_back(std::move(p));
+      return raw;
+    };
+    for (const Source& src : entry.sources) {
+      switch (src.what) {
+        case Source::kStorage:
+          args.push_back(handle_of(call.storages[src.index]).buffer.get());
+          break;
+        case Source::kScalarArg:
+          args.push_back(keep(scalar_buffer(call.device, src.type, s[base + src.index].toScalar())));
+          break;
+        case Source::kScalarListItem:
+          args.push_back(keep(scalar_buffer(call.device, src.type, s[base + src.index].toListRef()[src.item].toScalar())));
+          break;
+        case Source::kCpuTensor:
+          args.push_back(keep(scalar_buffer(call.device, src.type, s[base + src.index].toTensor().item())));
+          break;
+        case Source::kCpuListItem: {
+          const c10::IValue& l = s[base + src.index];
+          at::Tensor t = l.isTensorList() ? l.toTensorList().get(src.item) : *l.toOptionalTensorList().get(src.item);
+          args.push_back(keep(scalar_buffer(call.device, src.type, t.item())));
+          break;
+        }
+        case Source::kRng:
+          args.push_back(keep(rng_state_buffer(call.device, s, base)));
+          break;
+      }
+    }
+    std::vector<pjrt::BufferPtr> outs = run(*entry.exe, call.device, args, name_.c_str());
+
+    // Results: functional ops return new tensors; in-place and out= ops swap storage bases.
+    std::vector<at::Tensor> results(entry.num_results);
+    for (size_t o = 0; o < outs.size(); ++o) {
+      const Sink& sink = entry.sinks[o];
+      if (sink.new_tensor) {
+        results[sink.index] = wrap_buffer(std::move(outs[o]), sink.sizes, sink.dtype);
+      } else {
+        handle_of(call.storages[sink.index]).buffer = std::move(outs[o]);
+      }
+    }
+    torch::jit::Stack args_saved;
+    if (is_inplace_ || is_out_) args_saved.assign(stack->begin() + base, stack->end());
+    torch::jit::drop(*stack, schema_args_);
+    size_t next = 0;
+    for (const Return& r : returns_) {
+      if (r.aliases_arg) {
+        stack->push_back(args_saved[r.index]);
+      } else if (r.is_list) {
+        c10::List<at::Tensor> list;
+        for (; next < results.size(); ++next) list.push_back(results[next]);
+        stack->push_back(std::move(list));
+      } else {
+        stack->push_back(results[next++]);
+      }
+    }
+  }
+
+  pjrt::BufferPtr rng_state_buffer(int device, const torch::jit::Stack& s, size_t base) {
+    // An explicit Generator argument wins over the device's default generator.
+    std::optional<at::Generator> gen;
+    for (size_t i = 0; i < schema_args_; ++i) {
+      const c10::IValue& v = s[base + i];
+      if (v.isGenerator()) gen = v.toGenerator();
+    }
+    return next_rng_state(device, gen);
+  }
+
+  const lowering::Row* row_;
+  std::string name_;
+  std::once_flag prepared_;
+  size_t schema_args_ = 0, functional_args_ = 0, functional_returns_ = 0;
+  std::vector<Kind> kinds_;
+  std::vector<bool> written_;
+  std::vector<Return> returns_;
+  bool is_inplace_ = false, is_out_ = false;
+  std::optional<c10::OperatorHandle> functional_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::vector<std::unique_ptr<Entry>>> entries_;
+};
+
+}  // namespace
+
+namespace {
+
+struct Unregistered {
+  std::unique_ptr<TableKernel> kernel;
+  std::optional<c10::OperatorHandle> op;
+};
+std::map<std::string, Unregistered>& unregistered() {
+  static std::map<std::string, Unregistered> m;
+  return m;
+}
+
+std::optional<c10::OperatorHandle> find_op(const std::string& overload) {
+  auto dot = overload.find('.');
+  std::string name = overload.substr(0, dot);
+  std::string ov = dot == std::string::npos ? "" : overload.substr(dot + 1);
+  return c10::Dispatcher::singleton().findSchema({"aten::" + name, ov});
+}
+
+}  // namespace
+
+void register_table_kernels(torch::Library& m, const std::set<std::string>& custom) {
+  for (const auto& row : lowering::table()) {
+    for (const auto& overload : row.overloads) {
+      auto op = find_op(overload);
+      if (!op) continue;  // not in this torch version
+      auto kernel = std::make_unique<TableKernel>(&row, "aten::" + overload);
+      if (custom.count(overload)) {
+        unregistered().emplace(overload, Unregistered{std::move(kernel), op});
+        continue;
+      }
+      m.impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunctor<TableKernel>(std::move(kernel)));
+    }
+  }
+}
+
+void call_row(const std::string& overload, torch::jit::Stack* stack) {
+  auto it = unregistered().find(overload);
+  TORCH_INTERNAL_ASSERT(it != unregistered().end(), "no table row for ", overload);
+  (*it->second.kernel)(*it->second.op, c10::DispatchKeySet(), stack);
+}
+
+}  // namespace torch_pjrt

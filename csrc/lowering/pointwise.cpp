@@ -1,0 +1,416 @@
+// Pointwise rows: arithmetic, comparisons, selection, unary math, activations.
+#include <cmath>
+
+#include "lowering/helpers.h"
+
+namespace lowering {
+namespace {
+
+using V = std::vector<Value>;
+using hlo::Cmp;
+
+V one(Value v) { return V{v}; }
+
+// a + alpha * b (add, sub with negated sign via `sign`)
+Value add_alpha(Ctx& c, size_t a, size_t b, size_t alpha, double sign) {
+  Value x = operand(c, a), y = operand(c, b);
+  if (c.has(alpha)) y = c.b.binary("multiply", y, operand(c, alpha));
+  if (sign < 0) return c.b.binary("subtract", x, y);
+  if (c.out_type() == ElementType::kPred) return c.b.binary("or", x, y);
+  return c.b.binary("add", x, y);
+}
+
+Value trunc(Builder& b, Value x) {
+  Value zero = like(b, 0, x);
+  return b.select(b.compare(Cmp::LT, x, zero), b.unary("ceil", x), b.unary("floor", x));
+}
+
+// torch's floor division, exact for floats (div_floor_floating) and integers.
+Value floor_divide(Builder& b, Value a, Value d) {
+  Value zero = like(b, 0, a);
+  if (pjrt::is_integral(a.elem())) {
+    Value q = b.binary("divide", a, d);
+    Value r = b.binary("remainder", a, d);
+    Value signs_differ = b.compare(Cmp::NE, b.compare(Cmp::LT, r, zero), b.compare(Cmp::LT, d, zero));
+    Value adjust = b.binary("and", b.compare(Cmp::NE, r, zero), signs_differ);
+    return b.select(adjust, b.binary("subtract", q, like(b, 1, q)), q);
+  }
+  Value mod = b.binary("remainder", a, d);
+  Value div = b.binary("divide", b.binary("subtract", a, mod), d);
+  Value fix = b.binary("and", b.compare(Cmp::NE, mod, zero),
+                       b.compare(Cmp::NE, b.compare(Cmp::LT, d, zero), b.compare(Cmp::LT, mod, zero)));
+  div = b.select(fix, b.binary("subtract", div, like(b, 1, div)), div);
+  Value fl = b.unary("floor", div);
+  fl = b.select(b.compare(Cmp::GT, b.binary("subtract", div, fl), like(b, 0.5, div)), b.binary("add", fl, like(b, 1, fl)), fl);
+  // zero quotient keeps the sign of the true quotient
+  Value q = b.binary("divide", a, d);
+  Value signed_zero = b.binary("multiply", zero, q);
+  return b.select(b.compare(Cmp::EQ, div, zero), signed_zero, fl);
+}
+
+Value divide(Ctx& c, size_t a, size_t d, size_t mode) {
+  std::string m = c.has(mode) ? c.arg(mode).s : "";
+  Value x = operand(c, a), y = operand(c, d);
+  if (m.empty()) return c.b.binary("divide", x, y);
+  if (m == "trunc") return pjrt::is_integral(x.elem()) ? c.b.binary("divide", x, y) : trunc(c.b, c.b.binary("divide", x, y));
+  return floor_divide(c.b, x, y);
+}
+
+Value compare(Ctx& c, Cmp dir) {
+  ElementType t = result_type(c, {0, 1});
+  return c.b.compare(dir, operand(c, 0, t, c.out_dims()), operand(c, 1, t, c.out_dims()));
+}
+
+// x in the output's type, or in f32 for half types (as torch's CPU kernels compute them).
+Value up(Ctx& c, size_t k) { return operand(c, k, accumulation_type(c.out_type()), c.out_dims()); }
+
+Value sigmoid(Builder& b, Value x) { return b.unary("logistic", x); }
+
+Value gelu(Builder& b, Value x, bool tanh_approx) {
+  Value half = like(b, 0.5, x), one = like(b, 1, x);
+  if (tanh_approx) {
+    Value inner = b.binary("multiply", like(b, std::sqrt(2.0 / M_PI), x),
+                           b.binary("add", x, b.binary("multiply", like(b, 0.044715, x),
+                                                       b.binary("multiply", x, b.binary("multiply", x, x)))));
+    return b.binary("multiply", b.binary("multiply", half, x), b.binary("add", one, b.unary("tanh", inner)));
+  }
+  Value cdf = b.binary("add", one, b.chlo_unary("erf", b.binary("multiply", x, like(b, M_SQRT1_2, x))));
+  return b.binary("multiply", b.binary("multiply", half, x), cdf);
+}
+
+Value gelu_backward(Builder& b, Value g, Value x, bool tanh_approx) {
+  Value half = like(b, 0.5, x), one = like(b, 1, x);
+  if (tanh_approx) {
+    Value k = like(b, std::sqrt(2.0 / M_PI), x), c3 = like(b, 0.044715, x);
+    Value x2 = b.binary("multiply", x, x);
+    Value inner = b.binary("multiply", k, b.binary("add", x, b.binary("multiply", c3, b.binary("multiply", x2, x))));
+    Value t = b.unary("tanh", inner);
+    Value dinner = b.binary("multiply", k, b.binary("add", one, b.binary("multiply", like(b, 3, x), b.binary("multiply", c3, x2))));
+    Value left = b.binary("multiply", half, b.binary("add", one, t));
+    Value right = b.binary("multiply", b.binary("multiply", half, x),
+                           b.binary("multiply", b.binary("subtract", one, b.binary("multiply", t, t)), dinner));
+    return b.binary("multiply", g, b.binary("add", left, right));
+  }
+  Value cdf = b.binary("multiply", half, b.binary("add", one, b.chlo_unary("erf", b.binary("multiply", x, like(b, M_SQRT1_2, x)))));
+  Value pdf = b.binary("multiply", like(b, 0.5 * M_2_SQRTPI * M_SQRT1_2, x),
+                       b.unary("exponential", b.binary("multiply", like(b, -0.5, x), b.binary("multiply", x, x))));
+  return b.binary("multiply", g, b.binary("add", cdf, b.binary("multiply", x, pdf)));
+}
+
+bool tanh_mode(const Ctx& c, size_t k) { return c.has(k) && c.arg(k).s == "tanh"; }
+
+const Rows rows = {
+    // arithmetic
+    {{"add.Tensor", "add_.Tensor", "add.out"}, [](Ctx& c) { return one(add_alpha(c, 0, 1, 2, 1)); }},
+    {{"add.Scalar", "add_.Scalar", "add.Scalar_out"}, [](Ctx& c) { return one(add_alpha(c, 0, 1, 2, 1)); }},
+    {{"sub.Tensor", "sub_.Tensor", "sub.out"}, [](Ctx& c) { return one(add_alpha(c, 0, 1, 2, -1)); }},
+    {{"sub.Scalar", "sub_.Scalar", "sub.Scalar_out"}, [](Ctx& c) { return one(add_alpha(c, 0, 1, 2, -1)); }},
+    {{"rsub.Tensor", "rsub.Tensor_out"}, [](Ctx& c) {
+       Value x = operand(c, 1), y = c.b.binary("multiply", operand(c, 0), operand(c, 2));
+       return one(c.b.binary("subtract", x, y));
+     }},
+    {{"rsub.Scalar", "rsub.Scalar_out"}, [](Ctx& c) {
+       Value x = operand(c, 1), y = c.b.binary("multiply", operand(c, 0), operand(c, 2));
+       return one(c.b.binary("subtract", x, y));
+     }},
+    {{"mul.Tensor", "mul_.Tensor", "mul.out"}, [](Ctx& c) {
+       return one(c.out_type() == ElementType::kPred ? binary_op(c, "and") : binary_op(c, "multiply"));
+     }},
+    {{"mul.Scalar", "mul_.Scalar", "mul.Scalar_out"}, [](Ctx& c) {
+       return one(c.out_type() == ElementType::kPred ? binary_op(c, "and") : binary_op(c, "multiply"));
+     }},
+    {{"div.Tensor", "div_.Tensor", "div.out"}, [](Ctx& c) { return one(divide(c, 0, 1, 99)); }},
+    {{"div.Scalar", "div_.Scalar", "div.Scalar_out"}, [](Ctx& c) { return one(divide(c, 0, 1, 99)); }},
+    {{"div.Tensor_mode", "div_.Tensor_mode", "div.out_mode"}, [](Ctx& c) { return one(divide(c, 0, 1, 2)); }},
+    {{"div.Scalar_mode", "div_.Scalar_mode", "div.Scalar_mode_out"}, [](Ctx& c) { return one(divide(c, 0, 1, 2)); }},
+    {{"floor_divide", "floor_divide_.Tensor", "floor_divide.out"}, [](Ctx& c) {
+       return one(floor_divide(c.b, operand(c, 0), operand(c, 1)));
+     }},
+    {{"floor_divide.Scalar", "floor_divide_.Scalar", "floor_divide.Scalar_out"}, [](Ctx& c) {
+       return one(floor_divide(c.b, operand(c, 0), operand(c, 1)));
+     }},
+    {{"remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out"}, [](Ctx& c) {
+       // Python semantics: the result takes the divisor's sign
+       Value a = operand(c, 0), d = operand(c, 1), zero = like(c.b, 0, a);
+       Value r = c.b.binary("remainder", a, d);
+       Value fix = c.b.binary("and", c.b.compare(Cmp::NE, r, zero),
+                              c.b.compare(Cmp::NE, c.b.compare(Cmp::LT, r, zero), c.b.compare(Cmp::LT, d, zero)));
+       return one(c.b.select(fix, c.b.binary("add", r, d), r));
+     }},
+    {{"remainder.Scalar", "remainder_.Scalar", "remainder.Scalar_out"}, [](Ctx& c) {
+       Value a = operand(c, 0), d = operand(c, 1), zero = like(c.b, 0, a);
+       Value r = c.b.binary("remainder", a, d);
+       Value fix = c.b.binary("and", c.b.compare(Cmp::NE, r, zero),
+                              c.b.compare(Cmp::NE, c.b.compare(Cmp::LT, r, zero), c.b.compare(Cmp::LT, d, zero)));
+       return one(c.b.select(fix, c.b.binary("add", r, d), r));
+     }},
+    {{"fmod.Tensor", "fmod_.Tensor", "fmod.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "remainder")); }},
+    {{"fmod.Scalar", "fmod_.Scalar", "fmod.Scalar_out"}, [](Ctx& c) { return one(binary_op(c, "remainder")); }},
+    {{"pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "power")); }},
+    {{"pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out"}, [](Ctx& c) { return one(binary_op(c, "power")); }},
+    {{"pow.Scalar", "pow.Scalar_out"}, [](Ctx& c) { return one(binary_op(c, "power")); }},
+    {{"neg", "neg_", "neg.out"}, [](Ctx& c) { return one(unary_op(c, "negate")); }},
+    {{"abs", "abs_", "abs.out"}, [](Ctx& c) {
+       if (pjrt::is_complex(c.t(0).elem())) return one(c.b.unary_to("abs", c.t(0), c.out_type()));
+       return one(unary_op(c, "abs"));
+     }},
+    {{"sign", "sign_", "sign.out"}, [](Ctx& c) {
+       if (c.out_type() == ElementType::kPred) return one(operand(c, 0));
+       return one(unary_op(c, "sign"));
+     }},
+    {{"maximum", "maximum.out"}, [](Ctx& c) { return one(binary_op(c, "maximum")); }},
+    {{"minimum", "minimum.out"}, [](Ctx& c) { return one(binary_op(c, "minimum")); }},
+    {{"atan2", "atan2_", "atan2.out"}, [](Ctx& c) { return one(binary_op(c, "atan2")); }},
+    {{"bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "and")); }},
+    {{"bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "or")); }},
+    {{"bitwise_xor.Tensor", "bitwise_xor_.Tensor", "bitwise_xor.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "xor")); }},
+    {{"bitwise_not", "bitwise_not_", "bitwise_not.out"}, [](Ctx& c) { return one(unary_op(c, "not")); }},
+    {{"logical_not", "logical_not_", "logical_not.out"}, [](Ctx& c) {
+       Value x = c.b.convert(c.t(0), ElementType::kPred);
+       return one(c.b.unary("not", x));
+     }},
+    {{"logical_and", "logical_and_", "logical_and.out"}, [](Ctx& c) {
+       return one(c.b.binary("and", c.b.convert(c.t(0), ElementType::kPred), c.b.broadcast_to(c.b.convert(c.t(1), ElementType::kPred), c.out_dims())));
+     }},
+    {{"logical_or", "logical_or_", "logical_or.out"}, [](Ctx& c) {
+       return one(c.b.binary("or", c.b.broadcast_to(c.b.convert(c.t(0), ElementType::kPred), c.out_dims()),
+                             c.b.broadcast_to(c.b.convert(c.t(1), ElementType::kPred), c.out_dims())));
+     }},
+
+    // comparisons
+    {{"eq.Tensor", "eq_.Tensor", "eq.Tensor_out"}, [](Ctx& c) { return one(compare(c, Cmp::EQ)); }},
+    {{"eq.Scalar", "eq_.Scalar", "eq.Scalar_out"}, [](Ctx& c) { return one(compare(c, Cmp::EQ)); }},
+    {{"ne.Tensor", "ne_.Tensor", "ne.Tensor_out"}, [](Ctx& c) { return one(compare(c, Cmp::NE)); }},
+    {{"ne.Scalar", "ne_.Scalar", "ne.Scalar_out"}, [](Ctx& c) { return one(compare(c, Cmp::NE)); }},
+    {{"lt.Tensor", "lt_.Tensor", "lt.Tensor_out"}, [](Ctx& c) { return one(compare(c, Cmp::LT)); }},
+    {{"lt.Scalar", "lt_.Scalar", "lt.Scalar_out"}, [](Ctx& c) { return one(compare(c, Cmp::LT)); }},
+    {{"le.Tensor", "le_.Tensor", "le.Tensor_out"}, [](Ctx& c) { return one(compare(c, Cmp::LE)); }},
+    {{"le.Scalar", "le_.Scalar", "le.Scalar_out"}, [](Ctx& c) { return one(compare(c, Cmp::LE)); }},
+    {{"gt.Tensor", "gt_.Tensor", "gt.Tensor_out"}, [](Ctx& c) { return one(compare(c, Cmp::GT)); }},
+    {{"gt.Scalar", "gt_.Scalar", "gt.Scalar_out"}, [](Ctx& c) { return one(compare(c, Cmp::GT)); }},
+    {{"ge.Tensor", "ge_.Tensor", "ge.Tensor_out"}, [](Ctx& c) { return one(compare(c, Cmp::GE)); }},
+    {{"ge.Scalar", "ge_.Scalar", "ge.Scalar_out"}, [](Ctx& c) { return one(compare(c, Cmp::GE)); }},
+    {{"isnan"}, [](Ctx& c) { return one(c.b.compare(Cmp::NE, c.t(0), c.t(0))); }},
+
+    // selection
+    {{"where.self", "where.self_out"}, [](Ctx& c) {
+       Value p = c.b.broadcast_to(c.b.convert(c.t(0), ElementType::kPred), c.out_dims());
+       return one(c.b.select(p, operand(c, 1), operand(c, 2)));
+     }},
+    {{"where.ScalarSelf"}, [](Ctx& c) {
+       Value p = c.b.broadcast_to(c.b.convert(c.t(0), ElementType::kPred), c.out_dims());
+       return one(c.b.select(p, operand(c, 1), operand(c, 2)));
+     }},
+    {{"where.ScalarOther"}, [](Ctx& c) {
+       Value p = c.b.broadcast_to(c.b.convert(c.t(0), ElementType::kPred), c.out_dims());
+       return one(c.b.select(p, operand(c, 1), operand(c, 2)));
+     }},
+    {{"masked_fill.Scalar", "masked_fill_.Scalar"}, [](Ctx& c) {
+       Value p = c.b.broadcast_to(c.t(1), c.out_dims());
+       return one(c.b.select(p, operand(c, 2), operand(c, 0)));
+     }},
+    {{"masked_fill.Tensor", "masked_fill_.Tensor"}, [](Ctx& c) {
+       Value p = c.b.broadcast_to(c.t(1), c.out_dims());
+       return one(c.b.select(p, operand(c, 2), operand(c, 0)));
+     }},
+    {{"clamp", "clamp_", "clamp.out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       if (c.has(1)) x = c.b.binary("maximum", x, operand(c, 1));
+       if (c.has(2)) x = c.b.binary("minimum", x, operand(c, 2));
+       return one(x);
+     }},
+    {{"clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       if (c.has(1)) x = c.b.binary("maximum", x, operand(c, 1));
+       if (c.has(2)) x = c.b.binary("minimum", x, operand(c, 2));
+       return one(x);
+     }},
+    {{"clamp_min", "clamp_min_", "clamp_min.out"}, [](Ctx& c) { return one(binary_op(c, "maximum")); }},
+    {{"clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "maximum")); }},
+    {{"clamp_max", "clamp_max_", "clamp_max.out"}, [](Ctx& c) { return one(binary_op(c, "minimum")); }},
+    {{"clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "minimum")); }},
+
+    // fills and copies
+    {{"fill.Scalar", "fill_.Scalar"}, [](Ctx& c) { return one(operand(c, 1)); }},
+    {{"fill.Tensor", "fill_.Tensor"}, [](Ctx& c) { return one(operand(c, 1)); }},
+    {{"zero", "zero_"}, [](Ctx& c) { return one(c.b.constant(0, c.out())); }},
+    {{"copy", "copy_", "copy.out"}, [](Ctx& c) { return one(operand(c, 1)); }},
+    {{"clone", "clone.out"}, [](Ctx& c) { return one(operand(c, 0)); }},
+    {{"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out"}, [](Ctx& c) {
+       Value s = operand(c, 0), e = operand(c, 1), w = operand(c, 2);
+       return one(c.b.binary("add", s, c.b.binary("multiply", w, c.b.binary("subtract", e, s))));
+     }},
+    {{"lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out"}, [](Ctx& c) {
+       Value s = operand(c, 0), e = operand(c, 1), w = operand(c, 2);
+       return one(c.b.binary("add", s, c.b.binary("multiply", w, c.b.binary("subtract", e, s))));
+     }},
+    {{"addcmul", "addcmul_", "addcmul.out"}, [](Ctx& c) {
+       Value prod = c.b.binary("multiply", operand(c, 1), operand(c, 2));
+       return one(c.b.binary("add", operand(c, 0), c.b.binary("multiply", operand(c, 3), prod)));
+     }},
+    {{"addcdiv", "addcdiv_", "addcdiv.out"}, [](Ctx& c) {
+       Value q = c.b.binary("divide", operand(c, 1), operand(c, 2));
+       return one(c.b.binary("add", operand(c, 0), c.b.binary("multiply", operand(c, 3), q)));
+     }},
+
+    // unary math (float results; integer inputs are converted first)
+    {{"exp", "exp_", "exp.out"}, [](Ctx& c) { return one(unary_op(c, "exponential")); }},
+    {{"exp2", "exp2_", "exp2.out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       return one(c.b.binary("power", like(c.b, 2, x), x));
+     }},
+    {{"expm1", "expm1_", "expm1.out"}, [](Ctx& c) { return one(unary_op(c, "exponential_minus_one")); }},
+    {{"log", "log_", "log.out"}, [](Ctx& c) { return one(unary_op(c, "log")); }},
+    {{"log1p", "log1p_", "log1p.out"}, [](Ctx& c) { return one(unary_op(c, "log_plus_one")); }},
+    {{"log2", "log2_", "log2.out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       return one(c.b.binary("divide", c.b.unary("log", x), like(c.b, std::log(2.0), x)));
+     }},
+    {{"log10", "log10_", "log10.out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       return one(c.b.binary("divide", c.b.unary("log", x), like(c.b, std::log(10.0), x)));
+     }},
+    {{"sqrt", "sqrt_", "sqrt.out"}, [](Ctx& c) { return one(unary_op(c, "sqrt")); }},
+    {{"rsqrt", "rsqrt_", "rsqrt.out"}, [](Ctx& c) { return one(unary_op(c, "rsqrt")); }},
+    {{"reciprocal", "reciprocal_", "reciprocal.out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       return one(c.b.binary("divide", like(c.b, 1, x), x));
+     }},
+    {{"square"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       return one(c.b.binary("multiply", x, x));
+     }},
+    {{"sin", "sin_", "sin.out"}, [](Ctx& c) { return one(unary_op(c, "sine")); }},
+    {{"cos", "cos_", "cos.out"}, [](Ctx& c) { return one(unary_op(c, "cosine")); }},
+    {{"tan", "tan_", "tan.out"}, [](Ctx& c) { return one(c.b.chlo_unary("tan", operand(c, 0))); }},
+    {{"asin", "asin_", "asin.out"}, [](Ctx& c) { return one(c.b.chlo_unary("asin", operand(c, 0))); }},
+    {{"acos", "acos_", "acos.out"}, [](Ctx& c) { return one(c.b.chlo_unary("acos", operand(c, 0))); }},
+    {{"atan", "atan_", "atan.out"}, [](Ctx& c) { return one(c.b.chlo_unary("atan", operand(c, 0))); }},
+    {{"sinh", "sinh_", "sinh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("sinh", operand(c, 0))); }},
+    {{"cosh", "cosh_", "cosh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("cosh", operand(c, 0))); }},
+    {{"tanh", "tanh_", "tanh.out"}, [](Ctx& c) { return one(unary_op(c, "tanh")); }},
+    {{"asinh", "asinh_", "asinh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("asinh", operand(c, 0))); }},
+    {{"acosh", "acosh_", "acosh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("acosh", operand(c, 0))); }},
+    {{"atanh", "atanh_", "atanh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("atanh", operand(c, 0))); }},
+    {{"erf", "erf_", "erf.out"}, [](Ctx& c) { return one(c.b.chlo_unary("erf", operand(c, 0))); }},
+    {{"erfc", "erfc_", "erfc.out"}, [](Ctx& c) { return one(c.b.chlo_unary("erfc", operand(c, 0))); }},
+    {{"erfinv", "erfinv_", "erfinv.out"}, [](Ctx& c) { return one(c.b.chlo_unary("erf_inv", operand(c, 0))); }},
+    {{"lgamma", "lgamma_", "lgamma.out"}, [](Ctx& c) { return one(c.b.chlo_unary("lgamma", operand(c, 0))); }},
+    {{"digamma", "digamma_", "digamma.out"}, [](Ctx& c) { return one(c.b.chlo_unary("digamma", operand(c, 0))); }},
+    {{"floor", "floor_", "floor.out"}, [](Ctx& c) {
+       return one(pjrt::is_integral(c.out_type()) ? operand(c, 0) : unary_op(c, "floor"));
+     }},
+    {{"ceil", "ceil_", "ceil.out"}, [](Ctx& c) {
+       return one(pjrt::is_integral(c.out_type()) ? operand(c, 0) : unary_op(c, "ceil"));
+     }},
+    {{"trunc", "trunc_", "trunc.out"}, [](Ctx& c) {
+       return one(pjrt::is_integral(c.out_type()) ? operand(c, 0) : trunc(c.b, operand(c, 0)));
+     }},
+    {{"round", "round_", "round.out"}, [](Ctx& c) {
+       return one(pjrt::is_integral(c.out_type()) ? operand(c, 0) : unary_op(c, "round_nearest_even"));
+     }},
+    {{"frac", "frac_", "frac.out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       return one(c.b.binary("subtract", x, trunc(c.b, x)));
+     }},
+    {{"nan_to_num", "nan_to_num_", "nan_to_num.out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       if (!pjrt::is_float(x.elem())) return one(x);
+       double big = x.elem() == ElementType::kF64 ? 1.7976931348623157e308
+                    : x.elem() == ElementType::kF16 ? 65504.0
+                    : x.elem() == ElementType::kBF16 ? 3.3895313892515355e38
+                                                      : 3.4028234663852886e38;
+       Value nan = c.has(1) ? c.b.broadcast_to(c.b.convert(c.b.scalar(c.d(1), ElementType::kF64), x.elem()), x.dims()) : like(c.b, 0, x);
+       Value pos = c.has(2) ? c.b.broadcast_to(c.b.convert(c.b.scalar(c.d(2), ElementType::kF64), x.elem()), x.dims()) : like(c.b, big, x);
+       Value neg = c.has(3) ? c.b.broadcast_to(c.b.convert(c.b.scalar(c.d(3), ElementType::kF64), x.elem()), x.dims()) : like(c.b, -big, x);
+       Value inf = like(c.b, INFINITY, x);
+       x = c.b.select(c.b.compare(Cmp::NE, x, x), nan, x);
+       x = c.b.select(c.b.compare(Cmp::EQ, x, inf), pos, x);
+       return one(c.b.select(c.b.compare(Cmp::EQ, x, c.b.unary("negate", inf)), neg, x));
+     }},
+
+    // activations
+    {{"relu", "relu_"}, [](Ctx& c) { return one(c.b.binary("maximum", operand(c, 0), like(c.b, 0, operand(c, 0)))); }},
+    {{"sigmoid", "sigmoid_", "sigmoid.out"}, [](Ctx& c) { return one(sigmoid(c.b, operand(c, 0))); }},
+    {{"sigmoid_backward", "sigmoid_backward.grad_input"}, [](Ctx& c) {
+       Value g = operand(c, 0), y = operand(c, 1);
+       return one(c.b.binary("multiply", g, c.b.binary("multiply", y, c.b.binary("subtract", like(c.b, 1, y), y))));
+     }},
+    {{"tanh_backward", "tanh_backward.grad_input"}, [](Ctx& c) {
+       Value g = operand(c, 0), y = operand(c, 1);
+       return one(c.b.binary("multiply", g, c.b.binary("subtract", like(c.b, 1, y), c.b.binary("multiply", y, y))));
+     }},
+    {{"threshold_backward", "threshold_backward.grad_input"}, [](Ctx& c) {
+       Value g = operand(c, 0), x = operand(c, 1), t = operand(c, 2);
+       return one(c.b.select(c.b.compare(Cmp::LE, x, t), like(c.b, 0, g), g));
+     }},
+    {{"threshold", "threshold_", "threshold.out"}, [](Ctx& c) {
+       Value x = operand(c, 0), t = operand(c, 1), v = operand(c, 2);
+       return one(c.b.select(c.b.compare(Cmp::LE, x, t), v, x));
+     }},
+    {{"gelu", "gelu_", "gelu.out"}, [](Ctx& c) { return one(gelu(c.b, up(c, 0), tanh_mode(c, 1))); }},
+    {{"gelu_backward", "gelu_backward.grad_input"}, [](Ctx& c) {
+       return one(gelu_backward(c.b, up(c, 0), up(c, 1), tanh_mode(c, 2)));
+     }},
+    {{"silu", "silu_", "silu.out"}, [](Ctx& c) {
+       Value x = up(c, 0);
+       return one(c.b.binary("multiply", x, sigmoid(c.b, x)));
+     }},
+    {{"silu_backward", "silu_backward.grad_input"}, [](Ctx& c) {
+       Value g = up(c, 0), x = up(c, 1), s = sigmoid(c.b, x), one_ = like(c.b, 1, x);
+       Value d = c.b.binary("multiply", s, c.b.binary("add", one_, c.b.binary("multiply", x, c.b.binary("subtract", one_, s))));
+       return one(c.b.binary("multiply", g, d));
+     }},
+    {{"leaky_relu", "leaky_relu_", "leaky_relu.out"}, [](Ctx& c) {
+       Value x = operand(c, 0), slope = operand(c, 1);
+       return one(c.b.select(c.b.compare(Cmp::GT, x, like(c.b, 0, x)), x, c.b.binary("multiply", x, slope)));
+     }},
+    {{"leaky_relu_backward", "leaky_relu_backward.grad_input"}, [](Ctx& c) {
+       Value g = operand(c, 0), x = operand(c, 1), slope = operand(c, 2);
+       return one(c.b.select(c.b.compare(Cmp::GT, x, like(c.b, 0, x)), g, c.b.binary("multiply", g, slope)));
+     }},
+    {{"hardtanh", "hardtanh_", "hardtanh.out"}, [](Ctx& c) {
+       return one(c.b.binary("minimum", c.b.binary("maximum", operand(c, 0), operand(c, 1)), operand(c, 2)));
+     }},
+    {{"hardtanh_backward", "hardtanh_backward.grad_input"}, [](Ctx& c) {
+       Value g = operand(c, 0), x = operand(c, 1), lo = operand(c, 2), hi = operand(c, 3);
+       Value inside = c.b.binary("and", c.b.compare(Cmp::GT, x, lo), c.b.compare(Cmp::LT, x, hi));
+       return one(c.b.select(inside, g, like(c.b, 0, g)));
+     }},
+    {{"elu", "elu_", "elu.out"}, [](Ctx& c) {
+       Value x = operand(c, 0), alpha = operand(c, 1), scale = operand(c, 2), in_scale = operand(c, 3);
+       Value neg = c.b.binary("multiply", alpha, c.b.unary("exponential_minus_one", c.b.binary("multiply", x, in_scale)));
+       return one(c.b.binary("multiply", scale, c.b.select(c.b.compare(Cmp::GT, x, like(c.b, 0, x)), x, neg)));
+     }},
+    {{"softplus", "softplus.out"}, [](Ctx& c) {
+       Value x = up(c, 0), beta = up(c, 1), threshold = up(c, 2);
+       Value bx = c.b.binary("multiply", x, beta);
+       Value soft = c.b.binary("divide", c.b.unary("log_plus_one", c.b.unary("exponential", bx)), beta);
+       return one(c.b.select(c.b.compare(Cmp::GT, bx, threshold), x, soft));
+     }},
+    {{"softplus_backward", "softplus_backward.grad_input"}, [](Ctx& c) {
+       Value g = up(c, 0), x = up(c, 1), beta = up(c, 2), threshold = up(c, 3);
+       Value bx = c.b.binary("multiply", x, beta);
+       Value s = sigmoid(c.b, bx);
+       return one(c.b.select(c.b.compare(Cmp::GT, bx, threshold), g, c.b.binary("multiply", g, s)));
+     }},
+    {{"mish"}, [](Ctx& c) {
+       Value x = up(c, 0);
+       Value sp = c.b.unary("log_plus_one", c.b.unary("exponential", x));
+       return one(c.b.binary("multiply", x, c.b.unary("tanh", sp)));
+     }},
+    {{"hardsigmoid", "hardsigmoid_", "hardsigmoid.out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       Value y = c.b.binary("divide", c.b.binary("add", x, like(c.b, 3, x)), like(c.b, 6, x));
+       return one(c.b.binary("minimum", c.b.binary("maximum", y, like(c.b, 0, x)), like(c.b, 1, x)));
+     }},
+    {{"hardswish", "hardswish_", "hardswish.out"}, [](Ctx& c) {
+       Value x = operand(c, 0);
+       Value y = c.b.binary("divide", c.b.binary("add", x, like(c.b, 3, x)), like(c.b, 6, x));
+       y = c.b.binary("minimum", c.b.binary("maximum", y, like(c.b, 0, x)), like(c.b, 1, x));
+       return one(c.b.binary("multiply", x, y));
+     }},
+};
+
+}  // namespace
+}  // namespace lowering

@@ -1,0 +1,283 @@
+// Reduction rows: sums, means, extrema and their indices, variance, norms, logical reductions, scans,
+// softmax. Half-precision inputs accumulate in float32, as torch does. Results are reshaped to the
+// shape inference's output, which takes care of keepdim.
+#include <cmath>
+#include <limits>
+
+#include "lowering/helpers.h"
+
+namespace lowering {
+namespace {
+
+using V = std::vector<Value>;
+using hlo::Cmp;
+
+V one(Value v) { return V{v}; }
+
+Value lowest(Builder& b, ElementType t) {
+  if (pjrt::is_float(t)) return b.scalar(-INFINITY, t);
+  if (t == ElementType::kPred) return b.scalar(0, t);
+  if (pjrt::is_unsigned_int(t)) return b.scalar_i(0, t);
+  int64_t bits = static_cast<int64_t>(pjrt::byte_size(t)) * 8;
+  return b.scalar_i(bits == 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (bits - 1)), t);
+}
+
+Value highest(Builder& b, ElementType t) {
+  if (pjrt::is_float(t)) return b.scalar(INFINITY, t);
+  if (t == ElementType::kPred) return b.scalar(1, t);
+  int64_t bits = static_cast<int64_t>(pjrt::byte_size(t)) * 8;
+  if (pjrt::is_unsigned_int(t)) return b.scalar_i(bits == 64 ? -1 : (int64_t{1} << bits) - 1, t);
+  return b.scalar_i(bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1, t);
+}
+
+// The input converted to the accumulation type of the output.
+Value acc_input(Ctx& c, size_t k = 0) { return c.b.convert(c.t(k), accumulation_type(c.out_type())); }
+
+Value finish(Ctx& c, Value v, size_t k = 0) { return c.b.reshape(v, c.out_dims(k)); }
+
+Value sum_dims(Ctx& c, size_t dims_arg) {
+  Value x = acc_input(c);
+  if (x.elem() == ElementType::kPred) x = c.b.convert(x, ElementType::kS64);
+  return finish(c, reduce_sum(c.b, x, reduction_dims(c, dims_arg, x.rank())));
+}
+
+int64_t count(const Value& x, const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.dims()[d];
+  return n;
+}
+
+Value mean_dims(Ctx& c, size_t dims_arg) {
+  Value x = acc_input(c);
+  Dims dims = reduction_dims(c, dims_arg, x.rank());
+  Value s = reduce_sum(c.b, x, dims);
+  return finish(c, c.b.binary("divide", s, c.b.constant(static_cast<double>(count(x, dims)), s.type)));
+}
+
+Value extremum(Ctx& c, Value x, const Dims& dims, bool is_max) {
+  return reduce(c.b, x, dims, is_max ? "maximum" : "minimum", is_max ? lowest(c.b, x.elem()) : highest(c.b, x.elem()));
+}
+
+// (values, indices) along `dim`: the first index of the extreme value; NaN counts as the extreme.
+std::pair<Value, Value> arg_extremum(Builder& b, Value x, int64_t dim, bool is_max) {
+  Value idx = b.iota(Type{ElementType::kS64, x.dims()}, dim);
+  Value init_v = is_max ? lowest(b, x.elem()) : highest(b, x.elem());
+  Value init_i = b.scalar_i(0, ElementType::kS64);
+  bool is_fp = pjrt::is_float(x.elem());
+  auto r = b.reduce({x, idx}, {init_v, init_i}, {dim}, [is_max, is_fp](Builder& bb, const std::vector<Value>& a) {
+    Value v1 = a[0], i1 = a[1], v2 = a[2], i2 = a[3];
+    Value better = bb.compare(is_max ? Cmp::GT : Cmp::LT, v1, v2);
+    Value tie = bb.binary("and", bb.compare(Cmp::EQ, v1, v2), bb.compare(Cmp::LT, i1, i2));
+    Value pick1 = bb.binary("or", better, tie);
+    if (is_fp) {
+      Value n1 = bb.compare(Cmp::NE, v1, v1), n2 = bb.compare(Cmp::NE, v2, v2);
+      Value both = bb.binary("and", n1, n2);
+      pick1 = bb.select(n1, bb.select(n2, bb.compare(Cmp::LT, i1, i2), bb.scalar(1, ElementType::kPred)),
+                        bb.select(n2, bb.scalar(0, ElementType::kPred), pick1));
+      (void)both;
+    }
+    return std::vector<Value>{bb.select(pick1, v1, v2), bb.select(pick1, i1, i2)};
+  });
+  return {r[0], r[1]};
+}
+
+V max_min_dim(Ctx& c, bool is_max) {
+  Value x = c.t(0);
+  int64_t dim = wrap_dim(c.i(1), x.rank());
+  if (x.rank() == 0) return V{c.b.reshape(x, c.out_dims(0)), c.b.constant_i(0, c.out(1))};
+  auto [v, i] = arg_extremum(c.b, x, dim, is_max);
+  return V{finish(c, v, 0), finish(c, i, 1)};
+}
+
+Value argext(Ctx& c, bool is_max) {
+  Value x = c.t(0);
+  int64_t dim = 0;
+  if (!c.has(1)) {
+    x = c.b.reshape(x, {x.type.numel()});
+  } else {
+    dim = wrap_dim(c.i(1), x.rank());
+  }
+  if (x.rank() == 0) return c.b.constant_i(0, c.out());
+  return finish(c, arg_extremum(c.b, x, dim, is_max).second);
+}
+
+// Sum of squared deviations over dims, divided by N - correction (correction: run-time scalar arg).
+std::pair<Value, Value> var_mean(Ctx& c, size_t dims_arg, size_t correction_arg) {
+  ElementType acc = accumulation_type(pjrt::real_type(c.t(0).elem()));
+  Value x = c.b.convert(c.t(0), acc);
+  Dims dims = reduction_dims(c, dims_arg, x.rank());
+  double n = static_cast<double>(count(x, dims));
+  Value mean = c.b.binary("divide", reduce_sum(c.b, x, dims), c.b.constant(n, Type{acc, {}}));
+  Dims kept;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    bool reduced = false;
+    for (int64_t d : dims) reduced |= d == i;
+    if (!reduced) kept.push_back(i);
+  }
+  Value centered = c.b.binary("subtract", x, c.b.broadcast_in_dim(mean, x.dims(), kept));
+  Value ss = reduce_sum(c.b, c.b.binary("multiply", centered, centered), dims);
+  Value corr = c.has(correction_arg) ? c.b.convert(c.t(correction_arg), acc) : c.b.scalar(1, acc);
+  Value denom = c.b.binary("maximum", c.b.binary("subtract", c.b.constant(n, Type{acc, {}}), corr), c.b.scalar(0, acc));
+  Value var = c.b.binary("divide", ss, c.b.broadcast_to(denom, ss.dims()));
+  return {var, mean};
+}
+
+Value vector_norm(Ctx& c, Value x, const Dims& dims, double ord) {
+  ElementType acc = accumulation_type(pjrt::real_type(x.elem()));
+  Value a = pjrt::is_complex(x.elem()) ? c.b.unary_to("abs", x, acc) : c.b.unary("abs", c.b.convert(x, acc));
+  if (std::isinf(ord)) return extremum(c, a, dims, ord > 0);
+  if (ord == 0) return reduce_sum(c.b, c.b.convert(c.b.compare(Cmp::NE, a, like(c.b, 0, a)), acc), dims);
+  if (ord == 1) return reduce_sum(c.b, a, dims);
+  if (ord == 2) return c.b.unary("sqrt", reduce_sum(c.b, c.b.binary("multiply", a, a), dims));
+  Value p = c.b.scalar(ord, acc);
+  Value s = reduce_sum(c.b, c.b.binary("power", a, c.b.broadcast_to(p, a.dims())), dims);
+  return c.b.binary("power", s, c.b.broadcast_to(c.b.scalar(1.0 / ord, acc), s.dims()));
+}
+
+Value logical_reduce(Ctx& c, const Dims& dims, bool all) {
+  Value x = c.b.convert(c.t(0), ElementType::kPred);
+  Value r = reduce(c.b, x, dims, all ? "and" : "or", c.b.scalar(all ? 1 : 0, ElementType::kPred));
+  return finish(c, r);
+}
+
+Value cumulative(Builder& b, Value x, int64_t dim, const char* op, Value init) {
+  if (x.rank() == 0) return x;
+  int64_t n = x.dims()[dim];
+  Dims window(x.rank(), 1), strides(x.rank(), 1), ones(x.rank(), 1);
+  window[dim] = n;
+  std::vector<std::pair<int64_t, int64_t>> padding(x.rank(), {0, 0});
+  padding[dim] = {n - 1, 0};
+  std::string o = op;
+  return b.reduce_window(x, init, window, strides, ones, ones, padding,
+                         [o](Builder& bb, const std::vector<Value>& a) { return std::vector<Value>{bb.binary(o.c_str(), a[0], a[1])}; });
+}
+
+// softmax pieces along `dim` in the accumulation type.
+Value softmax(Builder& b, Value x, int64_t dim, bool log) {
+  Dims kept;
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != dim) kept.push_back(i);
+  Value m = reduce(b, x, {dim}, "maximum", b.scalar(-INFINITY, x.elem()));
+  // rows of -inf stay finite-shifted: max of -inf is -inf; use 0 there
+  m = b.select(b.compare(Cmp::EQ, m, like(b, -INFINITY, m)), like(b, 0, m), m);
+  Value shifted = b.binary("subtract", x, b.broadcast_in_dim(m, x.dims(), kept));
+  Value e = b.unary("exponential", shifted);
+  Value s = reduce_sum(b, e, {dim});
+  if (log) return b.binary("subtract", shifted, b.broadcast_in_dim(b.unary("log", s), x.dims(), kept));
+  return b.binary("divide", e, b.broadcast_in_dim(s, x.dims(), kept));
+}
+
+int64_t dim_of(const Ctx& c, size_t k, const Value& x) { return x.rank() == 0 ? 0 : wrap_dim(c.i(k), x.rank()); }
+
+Value bcast_reduced(Builder& b, Value r, const Value& like_x, int64_t dim) {
+  Dims kept;
+  for (int64_t i = 0; i < like_x.rank(); ++i)
+    if (i != dim) kept.push_back(i);
+  return b.broadcast_in_dim(r, like_x.dims(), kept);
+}
+
+const Rows rows = {
+    {{"sum.dim_IntList", "sum.IntList_out"}, [](Ctx& c) { return one(sum_dims(c, 1)); }},
+    {{"sum", "sum.out"}, [](Ctx& c) { return one(sum_dims(c, 99)); }},
+    {{"mean.dim", "mean.out"}, [](Ctx& c) { return one(mean_dims(c, 1)); }},
+    {{"mean", "mean.dtype_out"}, [](Ctx& c) { return one(mean_dims(c, 99)); }},
+    {{"prod.dim_int", "prod.int_out"}, [](Ctx& c) {
+       Value x = acc_input(c);
+       if (x.elem() == ElementType::kPred) x = c.b.convert(x, ElementType::kS64);
+       Dims dims = x.rank() == 0 ? Dims{} : Dims{wrap_dim(c.i(1), x.rank())};
+       return one(finish(c, reduce(c.b, x, dims, "multiply", c.b.scalar(1, x.elem()))));
+     }},
+    {{"prod", "prod.out"}, [](Ctx& c) {
+       Value x = acc_input(c);
+       if (x.elem() == ElementType::kPred) x = c.b.convert(x, ElementType::kS64);
+       return one(finish(c, reduce(c.b, x, reduction_dims(c, 99, x.rank()), "multiply", c.b.scalar(1, x.elem()))));
+     }},
+    {{"max", "max.unary_out"}, [](Ctx& c) { return one(finish(c, extremum(c, c.t(0), reduction_dims(c, 99, c.t(0).rank()), true))); }},
+    {{"min", "min.unary_out"}, [](Ctx& c) { return one(finish(c, extremum(c, c.t(0), reduction_dims(c, 99, c.t(0).rank()), false))); }},
+    {{"amax", "amax.out"}, [](Ctx& c) { return one(finish(c, extremum(c, c.t(0), reduction_dims(c, 1, c.t(0).rank()), true))); }},
+    {{"amin", "amin.out"}, [](Ctx& c) { return one(finish(c, extremum(c, c.t(0), reduction_dims(c, 1, c.t(0).rank()), false))); }},
+    {{"max.dim", "max.dim_max"}, [](Ctx& c) { return max_min_dim(c, true); }},
+    {{"min.dim", "min.dim_min"}, [](Ctx& c) { return max_min_dim(c, false); }},
+    {{"argmax", "argmax.out"}, [](Ctx& c) { return one(argext(c, true)); }},
+    {{"argmin", "argmin.out"}, [](Ctx& c) { return one(argext(c, false)); }},
+    {{"var.correction", "var.correction_out"}, [](Ctx& c) { return one(finish(c, var_mean(c, 1, 2).first)); }},
+    {{"std.correction", "std.correction_out"}, [](Ctx& c) { return one(finish(c, c.b.unary("sqrt", var_mean(c, 1, 2).first))); }},
+    {{"var_mean.correction", "var_mean.correction_out"}, [](Ctx& c) {
+       auto [v, m] = var_mean(c, 1, 2);
+       return V{finish(c, v, 0), finish(c, m, 1)};
+     }},
+    {{"std_mean.correction", "std_mean.correction_out"}, [](Ctx& c) {
+       auto [v, m] = var_mean(c, 1, 2);
+       return V{finish(c, c.b.unary("sqrt", v), 0), finish(c, m, 1)};
+     }},
+    {{"linalg_vector_norm", "linalg_vector_norm.out"}, [](Ctx& c) {
+       Value x = c.t(0);
+       return one(finish(c, vector_norm(c, x, reduction_dims(c, 2, x.rank()), c.arg(1).d)));
+     }, kBakeScalars},
+    {{"all", "all.all_out"}, [](Ctx& c) { return one(logical_reduce(c, reduction_dims(c, 99, c.t(0).rank()), true)); }},
+    {{"any", "any.all_out"}, [](Ctx& c) { return one(logical_reduce(c, reduction_dims(c, 99, c.t(0).rank()), false)); }},
+    {{"all.dim", "all.out"}, [](Ctx& c) {
+       Dims d = c.t(0).rank() ? Dims{wrap_dim(c.i(1), c.t(0).rank())} : Dims{};
+       return one(logical_reduce(c, d, true));
+     }},
+    {{"any.dim", "any.out"}, [](Ctx& c) {
+       Dims d = c.t(0).rank() ? Dims{wrap_dim(c.i(1), c.t(0).rank())} : Dims{};
+       return one(logical_reduce(c, d, false));
+     }},
+    {{"all.dims", "all.dims_out"}, [](Ctx& c) { return one(logical_reduce(c, reduction_dims(c, 1, c.t(0).rank()), true)); }},
+    {{"any.dims", "any.dims_out"}, [](Ctx& c) { return one(logical_reduce(c, reduction_dims(c, 1, c.t(0).rank()), false)); }},
+    {{"count_nonzero.dim_IntList"}, [](Ctx& c) {
+       Value x = c.b.convert(c.b.convert(c.t(0), ElementType::kPred), ElementType::kS64);
+       return one(finish(c, reduce_sum(c.b, x, reduction_dims(c, 1, x.rank()))));
+     }},
+    {{"logsumexp", "logsumexp.out"}, [](Ctx& c) {
+       Value x = c.b.convert(c.t(0), accumulation_type(c.out_type()));
+       if (!pjrt::is_float(x.elem())) x = c.b.convert(x, ElementType::kF32);
+       Dims dims = reduction_dims(c, 1, x.rank());
+       Value m = extremum(c, x, dims, true);
+       m = c.b.select(c.b.compare(Cmp::EQ, c.b.unary("abs", m), like(c.b, INFINITY, m)), like(c.b, 0, m), m);
+       Dims kept;
+       for (int64_t i = 0; i < x.rank(); ++i) {
+         bool r = false;
+         for (int64_t d : dims) r |= d == i;
+         if (!r) kept.push_back(i);
+       }
+       Value s = reduce_sum(c.b, c.b.unary("exponential", c.b.binary("subtract", x, c.b.broadcast_in_dim(m, x.dims(), kept))), dims);
+       return one(finish(c, c.b.binary("add", c.b.unary("log", s), m)));
+     }},
+    {{"cumsum", "cumsum_", "cumsum.out"}, [](Ctx& c) {
+       Value x = c.b.convert(c.t(0), accumulation_type(c.out_type()));
+       if (x.elem() == ElementType::kPred) x = c.b.convert(x, ElementType::kS64);
+       return one(cumulative(c.b, x, dim_of(c, 1, x), "add", c.b.scalar(0, x.elem())));
+     }},
+    {{"cumprod", "cumprod_", "cumprod.out"}, [](Ctx& c) {
+       Value x = c.b.convert(c.t(0), accumulation_type(c.out_type()));
+       if (x.elem() == ElementType::kPred) x = c.b.convert(x, ElementType::kS64);
+       return one(cumulative(c.b, x, dim_of(c, 1, x), "multiply", c.b.scalar(1, x.elem())));
+     }},
+    {{"_softmax", "_softmax.out"}, [](Ctx& c) {
+       Value x = c.b.convert(c.t(0), accumulation_type(c.t(0).elem()));
+       return one(softmax(c.b, x, dim_of(c, 1, x), false));
+     }},
+    {{"_log_softmax", "_log_softmax.out"}, [](Ctx& c) {
+       Value x = c.b.convert(c.t(0), accumulation_type(c.t(0).elem()));
+       return one(softmax(c.b, x, dim_of(c, 1, x), true));
+     }},
+    {{"_softmax_backward_data", "_softmax_backward_data.out"}, [](Ctx& c) {
+       ElementType acc = accumulation_type(c.out_type());
+       Value g = c.b.convert(c.t(0), acc), y = c.b.convert(c.t(1), acc);
+       int64_t dim = dim_of(c, 2, y);
+       Value s = reduce_sum(c.b, c.b.binary("multiply", g, y), {dim});
+       return one(c.b.binary("multiply", y, c.b.binary("subtract", g, bcast_reduced(c.b, s, y, dim))));
+     }},
+    {{"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, [](Ctx& c) {
+       ElementType acc = accumulation_type(c.out_type());
+       Value g = c.b.convert(c.t(0), acc), y = c.b.convert(c.t(1), acc);
+       int64_t dim = dim_of(c, 2, y);
+       Value s = reduce_sum(c.b, g, {dim});
+       return one(c.b.binary("subtract", g, c.b.binary("multiply", c.b.unary("exponential", y), bcast_reduced(c.b, s, y, dim))));
+     }},
+};
+
+}  // namespace
+}  // namespace lowering

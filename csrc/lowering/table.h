@@ -1,0 +1,81 @@
+// The op table (DESIGN.md layer 3): one row per ATen operator, mapping dense input values plus scalar
+// arguments to result values through the builder. A row names the functional overload first; its
+// in-place and out= variants reuse the same lowering (the aten layer writes the result back). The same
+// rows serve eager execution, fused eager and torch.compile. No torch here: rows see Args and Values.
+#pragma once
+
+#include <complex>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hlo/builder.h"
+#include "pjrt/runtime.h"
+
+namespace lowering {
+
+using hlo::Builder;
+using hlo::Dims;
+using hlo::Type;
+using hlo::Value;
+using pjrt::ElementType;
+using pjrt::TensorSpec;
+
+// One schema argument as a lowering sees it.
+struct Arg {
+  enum Kind { kNone, kTensor, kTensorList, kInt, kInts, kDouble, kBool, kString, kDtype, kScalar };
+  Kind kind = kNone;
+  Value value;              // kTensor, and kScalar when passed at run time (a 0-d program input)
+  bool weak = false;        // a Python number (kScalar, or a wrapped-number tensor): weakest in promotion
+  std::vector<Value> list;  // kTensorList (missing optional entries are invalid Values)
+  int64_t i = 0;            // kInt, kBool
+  std::vector<int64_t> ints;
+  double d = 0;                // kDouble, and kScalar when baked into the program
+  std::complex<double> c;      // kScalar baked, complex
+  ElementType scalar_type = ElementType::kInvalid;  // kScalar: f64, s64, pred or c128; kDtype: the dtype
+  std::string s;               // kString
+  bool is_none() const { return kind == kNone; }
+};
+
+struct Ctx {
+  Builder& b;
+  std::vector<Arg> args;         // by position in the functional overload's schema
+  std::vector<TensorSpec> outs;  // the functional overload's results (shape inference ran on meta)
+  Value rng_state;               // ui64[2], for rows marked kRandom
+  Value new_rng_state;           // set by random rows: the advanced state
+
+  const Arg& arg(size_t i) const { return args.at(i); }
+  const Value& t(size_t i) const;  // tensor (or run-time scalar) argument i
+  int64_t i(size_t k) const { return args.at(k).i; }
+  const std::vector<int64_t>& ints(size_t k) const { return args.at(k).ints; }
+  double d(size_t k) const { return args.at(k).d; }
+  bool has(size_t k) const { return k < args.size() && !args[k].is_none(); }
+  ElementType out_type(size_t k = 0) const { return outs.at(k).type; }
+  const Dims& out_dims(size_t k = 0) const { return outs.at(k).dims; }
+  Type out(size_t k = 0) const { return Type{outs.at(k).type, outs.at(k).dims}; }
+};
+
+using LowerFn = std::vector<Value> (*)(Ctx&);
+
+enum RowFlags : unsigned {
+  kNoFlags = 0,
+  kRandom = 1,         // consumes the device generator: ctx.rng_state is set, ctx.new_rng_state returned
+  kBakeScalars = 2,    // Scalar arguments are program constants (they decide shapes, e.g. arange)
+  kListOutputs = 4,    // returns Tensor[] (foreach ops)
+};
+
+struct Row {
+  std::vector<std::string> overloads;  // "add.Tensor", "add_.Tensor", "add.out"
+  LowerFn fn;
+  unsigned flags = kNoFlags;
+};
+
+// All rows, collected from the category files (pointwise.cpp, reduction.cpp, ...).
+const std::vector<Row>& table();
+
+struct Rows {
+  Rows(std::initializer_list<Row> rows);  // a category file's static registration
+};
+
+}  // namespace lowering

@@ -1,0 +1,43 @@
+// The view model inside a program (DESIGN.md, "Data model"). A storage holds one PJRT buffer, its base,
+// in the shape and dtype of whatever wrote it last as a whole. A tensor is (dtype, sizes, strides,
+// offset) over that storage. Reading a tensor materializes it from the base; writing a tensor produces a
+// new base. Both are ordinary ops in the op's own program, so a view costs no extra execution.
+#pragma once
+
+#include "hlo/builder.h"
+
+namespace lowering {
+
+using hlo::Builder;
+using hlo::Dims;
+using hlo::Value;
+using pjrt::ElementType;
+
+struct ViewForm {
+  ElementType elem;
+  Dims sizes;
+  Dims strides;  // in elements of `elem`
+  int64_t offset = 0;
+  int64_t numel() const;
+  bool contiguous() const;  // row-major dense (size-1 dims may have any stride)
+};
+
+struct BaseForm {
+  bool present = false;  // false: never written (torch.empty); reads see zeros
+  ElementType elem = ElementType::kInvalid;
+  Dims dims;
+  int64_t nbytes = 0;  // the storage's size in bytes
+};
+
+// True when writing `view` replaces the whole storage (so the old base need not be read).
+bool covers_storage(const BaseForm& base, const ViewForm& view);
+
+// `base` is the program argument holding the storage's buffer (ignored when !base_form.present).
+Value read_view(Builder& b, const Value& base, const BaseForm& base_form, const ViewForm& view);
+
+// Returns the storage's new base after writing `update` (of the view's type) through `view`. When the
+// view covers the storage, that is `update` itself, and `new_form` reports its form.
+Value write_view(Builder& b, const Value& base, const BaseForm& base_form, const ViewForm& view, Value update,
+                 BaseForm* new_form);
+
+}  // namespace lowering

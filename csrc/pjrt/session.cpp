@@ -1,0 +1,82 @@
+#include "pjrt/session.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+namespace pjrt {
+namespace {
+
+std::vector<std::string>& roots() {
+  static std::vector<std::string> r;
+  return r;
+}
+std::string& reason() {
+  static std::string r;
+  return r;
+}
+std::once_flag& once() {
+  static std::once_flag f;
+  return f;
+}
+Session*& instance() {
+  static Session* s = nullptr;
+  return s;
+}
+
+std::string env(const char* name, const char* fallback = "") {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+std::string default_cache_dir() {
+  std::string dir = env("TORCH_PJRT_CACHE_DIR", "-");
+  if (dir != "-") return dir;  // empty disables the disk cache
+  std::string base = env("XDG_CACHE_HOME");
+  if (base.empty()) base = env("HOME", "/tmp") + "/.cache";
+  return base + "/torch_pjrt";
+}
+
+}  // namespace
+
+void Session::configure(std::vector<std::string> search_roots) { roots() = std::move(search_roots); }
+
+Session* Session::get_or_null() {
+  std::call_once(once(), [] {
+    PluginChoice choice = choose_plugin(env("TORCH_PJRT_PLUGIN"), roots());
+    if (choice.path.empty()) {
+      reason() = choice.reason;
+      return;
+    }
+    try {
+      auto plugin = Plugin::load(choice.path);
+      std::map<std::string, OptionValue> options;
+      if (choice.kind == "cpu") {
+        // The CPU plugin defaults to 4 devices; ours is a setting (default 1) so that
+        // multi-device code can be tested on one machine.
+        options["cpu_device_count"] = int64_t{std::atoll(env("TORCH_PJRT_CPU_DEVICES", "1").c_str())};
+      }
+      auto* s = new Session();
+      s->choice_ = choice;
+      s->client_ = Client::create(plugin, options);
+      s->programs_ = std::make_unique<ProgramCache>(*s->client_, default_cache_dir());
+      instance() = s;  // intentionally leaked: plugins must outlive every buffer and static destructor
+    } catch (const std::exception& e) {
+      reason() = std::string("cannot start PJRT plugin ") + choice.path + ": " + e.what();
+    }
+  });
+  return instance();
+}
+
+Session& Session::get() {
+  Session* s = get_or_null();
+  if (!s) throw std::runtime_error("torch_pjrt: no usable PJRT device: " + reason());
+  return *s;
+}
+
+const std::string& Session::unavailable_reason() {
+  get_or_null();
+  return reason();
+}
+
+}  // namespace pjrt

@@ -1,0 +1,37 @@
+// The process-wide PJRT state: which plugin was chosen, its client and the program cache. Created on
+// first use; when no plugin can be loaded it records why, so callers can raise a clear error naming the
+// wheel to install while `import` still works.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pjrt/discovery.h"
+#include "pjrt/program_cache.h"
+#include "pjrt/runtime.h"
+
+namespace pjrt {
+
+class Session {
+ public:
+  // Where to look for plugin wheels (site-packages folders); call before first use.
+  static void configure(std::vector<std::string> search_roots);
+  // The session, or nullptr when no plugin could be loaded (see unavailable_reason()).
+  static Session* get_or_null();
+  // The session; throws std::runtime_error with the reason when unavailable.
+  static Session& get();
+  static const std::string& unavailable_reason();
+
+  const PluginChoice& choice() const { return choice_; }
+  Client& client() { return *client_; }
+  ProgramCache& programs() { return *programs_; }
+
+ private:
+  Session() = default;
+  PluginChoice choice_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<ProgramCache> programs_;
+};
+
+}  // namespace pjrt

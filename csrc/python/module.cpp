@@ -1,0 +1,131 @@
+// torch_pjrt._C: the Python glue. Everything else lives in the aten and pjrt layers.
+#include <ATen/Context.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "aten/errors.h"
+#include "aten/execution.h"
+#include "aten/fallback.h"
+#include "aten/generator.h"
+#include "aten/storage.h"
+#include "aten/table_kernel.h"
+#include "pjrt/session.h"
+
+namespace py = pybind11;
+using namespace torch_pjrt;
+
+namespace {
+
+py::dict plugin_info() {
+  py::dict d;
+  auto* s = pjrt::Session::get_or_null();
+  d["available"] = s != nullptr;
+  if (!s) {
+    d["reason"] = pjrt::Session::unavailable_reason();
+    return d;
+  }
+  const auto& plugin = s->client().plugin();
+  d["path"] = plugin.path();
+  d["kind"] = s->choice().kind;
+  d["api_version"] = std::to_string(plugin.api_major()) + "." + std::to_string(plugin.api_minor());
+  d["platform"] = s->client().platform_name();
+  d["platform_version"] = s->client().platform_version();
+  py::dict attrs;
+  for (const auto& [k, v] : plugin.attributes()) attrs[py::str(k)] = v;
+  d["attributes"] = attrs;
+  py::list devices;
+  for (int i = 0; i < s->client().device_count(); ++i) {
+    const auto& dev = s->client().device(i);
+    py::dict e;
+    e["index"] = i;
+    e["id"] = dev.id;
+    e["kind"] = dev.kind;
+    e["description"] = dev.description;
+    devices.append(e);
+  }
+  d["devices"] = devices;
+  d["cache_dir"] = s->programs().dir();
+  return d;
+}
+
+py::dict metrics_dict() {
+  py::dict d;
+  py::dict fb;
+  int64_t total = 0;
+  for (const auto& [op, n] : fallback_counts()) {
+    fb[py::str(op)] = n;
+    total += n;
+  }
+  d["fallbacks"] = fb;
+  d["fallback_total"] = total;
+  d["cache_hits"] = metrics().cache_hits.load();
+  d["cache_misses"] = metrics().cache_misses.load();
+  d["executions"] = metrics().executions.load();
+  auto* s = pjrt::Session::get_or_null();
+  pjrt::CacheStats cs = s ? s->programs().stats() : pjrt::CacheStats{};
+  d["compiles"] = cs.compiles;
+  d["compile_seconds"] = cs.compile_seconds;
+  d["disk_cache_hits"] = cs.disk_hits;
+  d["live_buffers"] = pjrt::Buffer::live_count();
+  d["live_bytes"] = pjrt::Buffer::live_bytes();
+  d["scalar_cache_entries"] = scalar_cache_entries();
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  register_aten_kernels();
+  m.def("_configure", [](std::vector<std::string> roots) { pjrt::Session::configure(std::move(roots)); });
+  m.def("_is_available", [] { return device_count() > 0; });
+  m.def("_unavailable_reason", [] { return pjrt::Session::unavailable_reason(); });
+  m.def("_init", [] {
+    session_or_throw();
+    at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
+  });
+  m.def("_device_count", [] { return device_count(); });
+  m.def("_get_device", [] { return current_device(); });
+  m.def("_set_device", [](int d) { set_current_device(d); });
+  m.def("_exchange_device", [](int d) {
+    int old = current_device();
+    if (d >= 0) set_current_device(d);
+    return old;
+  });
+  m.def("_synchronize", [](int d) {
+    py::gil_scoped_release no_gil;
+    synchronize(d);
+  });
+  m.def("_plugin_info", &plugin_info);
+  m.def("_device_kind", [](int d) { return session_or_throw().client().device(d).kind; });
+  m.def("_memory_stats", [](int d) {
+    auto st = session_or_throw().client().memory_stats(d);
+    py::dict r;
+    r["live_bytes"] = pjrt::Buffer::live_bytes(d);
+    r["live_buffers"] = pjrt::Buffer::live_count(d);
+    r["peak_bytes"] = pjrt::Buffer::peak_bytes(d);
+    r["plugin_bytes_in_use"] = st.bytes_in_use;
+    r["plugin_bytes_limit"] = st.bytes_limit;
+    return r;
+  });
+  m.def("_reset_peak_memory", [](int d) { pjrt::Buffer::reset_peak_bytes(d); });
+  m.def("_metrics", &metrics_dict);
+  m.def("_reset_metrics", [] {
+    reset_fallback_counts();
+    metrics().cache_hits = 0;
+    metrics().cache_misses = 0;
+    metrics().executions = 0;
+  });
+  m.def("_set_fallback_policy", [](const std::string& p) {
+    TORCH_CHECK(p == "warn" || p == "silent" || p == "error", "fallback policy must be warn, silent or error");
+    set_fallback_policy(p == "error" ? FallbackPolicy::kError : p == "silent" ? FallbackPolicy::kSilent : FallbackPolicy::kWarn);
+  });
+  m.def("_get_fallback_policy", [] {
+    auto p = fallback_policy();
+    return std::string(p == FallbackPolicy::kError ? "error" : p == FallbackPolicy::kSilent ? "silent" : "warn");
+  });
+  m.def("_set_launch_blocking", &set_launch_blocking);
+  m.def("_launch_blocking", &launch_blocking);
+  m.def("_get_default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(d)));
+  });
+}

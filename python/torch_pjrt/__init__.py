@@ -1,0 +1,97 @@
+"""torch-pjrt: every PJRT device (TPU, NVIDIA GPU, CPU, ...) as the native PyTorch device "tpu".
+
+``import torch_pjrt`` (or plain ``import torch``, through the ``torch.backends`` autoload entry point)
+registers the device. See ``torch.tpu`` for the device API and :func:`metrics` for counters.
+"""
+
+import os
+import site
+import sys
+
+import torch
+
+__all__ = ["metrics", "reset_metrics", "set_fallback_policy", "get_fallback_policy", "plugin_info"]
+__version__ = "0.1.0"
+
+
+def _claim_privateuse1():
+    """Fails clearly when another backend already owns PrivateUse1 (or the name "tpu")."""
+    name = torch._C._get_privateuse1_backend_name()
+    if name == "privateuseone":
+        return
+    mod = getattr(torch, "tpu", None)
+    if name == "tpu" and getattr(mod, "__torch_pjrt__", False):
+        return
+    raise RuntimeError(
+        f"torch_pjrt cannot register the 'tpu' device: PyTorch's PrivateUse1 backend is already taken by "
+        f"{name!r} (another package, e.g. torch_tpu, was imported first). Uninstall it or disable its "
+        f"autoload (TORCH_DEVICE_BACKEND_AUTOLOAD=0)."
+    )
+
+
+_claim_privateuse1()
+
+from . import _C  # noqa: E402  (kernels register for PrivateUse1 on import)
+
+
+def _search_roots():
+    roots = [p for p in sys.path if p and os.path.isdir(p)]
+    try:
+        roots += site.getsitepackages()
+    except AttributeError:  # virtualenvs without site.getsitepackages
+        pass
+    return list(dict.fromkeys(roots))
+
+
+_C._configure(_search_roots())
+
+from . import device as _device_module  # noqa: E402
+from . import backends as _backends_module  # noqa: E402
+
+
+def _register():
+    if torch._C._get_privateuse1_backend_name() != "tpu":
+        torch.utils.rename_privateuse1_backend("tpu")
+    if not getattr(getattr(torch, "tpu", None), "__torch_pjrt__", False):
+        torch._register_device_module("tpu", _device_module)
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+        )
+    torch.backends.tpu = _backends_module
+    sys.modules.setdefault("torch.backends.tpu", _backends_module)
+
+
+_register()
+
+
+def _autoload():
+    """Entry point of the ``torch.backends`` group: importing the package registers everything."""
+
+
+def metrics():
+    """Counters since start (or :func:`reset_metrics`).
+
+    Keys: ``fallbacks`` (dict op -> CPU fallback calls), ``fallback_total``, ``cache_hits`` and
+    ``cache_misses`` (op calls served by a cached program / that built one), ``executions``,
+    ``compiles`` and ``compile_seconds`` (plugin compiles), ``disk_cache_hits``, ``live_buffers`` and
+    ``live_bytes`` (device buffers held by tensors), ``scalar_cache_entries``.
+    """
+    return _C._metrics()
+
+
+def reset_metrics():
+    _C._reset_metrics()
+
+
+def set_fallback_policy(policy: str):
+    """'warn' (default: warn once per op), 'silent', or 'error' (ops without a lowering raise)."""
+    _C._set_fallback_policy(policy)
+
+
+def get_fallback_policy() -> str:
+    return _C._get_fallback_policy()
+
+
+def plugin_info():
+    """The loaded PJRT plugin: path, API version, platform, attributes and devices."""
+    return _C._plugin_info()

@@ -1,0 +1,43 @@
+"""python -m torch_pjrt info | demo"""
+
+import argparse
+import sys
+
+
+def info() -> int:
+    import torch
+    import torch_pjrt
+
+    p = torch_pjrt.plugin_info()
+    print(f"torch_pjrt {torch_pjrt.__version__}, torch {torch.__version__}")
+    if not p["available"]:
+        print(f"no PJRT plugin available: {p['reason']}")
+        return 1
+    print(f"plugin:           {p['path']} ({p['kind']})")
+    print(f"PJRT API:         {p['api_version']}")
+    print(f"platform:         {p['platform']} {p['platform_version']}")
+    for k, v in sorted(p["attributes"].items()):
+        print(f"attribute:        {k} = {v}")
+    print(f"program cache:    {p['cache_dir'] or 'memory only'}")
+    print(f"devices:          {len(p['devices'])}")
+    for d in p["devices"]:
+        print(f"  tpu:{d['index']}  kind={d['kind']}  id={d['id']}  {d['description']}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torch_pjrt")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="the PJRT plugin and its devices")
+    demo = sub.add_parser("demo", help="the main job: train a model on 'tpu' and check it against CPU")
+    demo.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        return info()
+    from .demo import run
+
+    return run(steps=args.steps)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
