@@ -435,6 +435,11 @@ class TableKernel final : public c10::OperatorKernel {
     std::vector<at::ScalarType> out_dtypes;
     for (const auto& r : fmeta) {
       auto add = [&](const at::Tensor& t) {
+        if (!t.defined()) {  // e.g. a backward op's output_mask said this gradient is not needed
+          outs.push_back({ElementType::kInvalid, {}});
+          out_dtypes.push_back(at::ScalarType::Undefined);
+          return;
+        }
         outs.push_back({element_type(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(), t.sizes().end())});
         out_dtypes.push_back(t.scalar_type());
       };
@@ -575,6 +580,7 @@ class TableKernel final : public c10::OperatorKernel {
       throw hlo::Error(name_ + ": lowering returned " + std::to_string(results.size()) + " results, expected " +
                        std::to_string(outs.size()));
     for (size_t r = 0; r < results.size(); ++r) {
+      if (outs[r].type == ElementType::kInvalid) continue;
       if (results[r].dims() != outs[r].dims)
         throw hlo::Error(name_ + ": lowering produced " + results[r].type.str() + ", expected " + outs[r].str());
       results[r] = b.convert(results[r], outs[r].type);
@@ -585,6 +591,7 @@ class TableKernel final : public c10::OperatorKernel {
     std::vector<pjrt::TensorSpec> out_specs;
     if (!is_inplace_ && !is_out_) {
       for (size_t r = 0; r < results.size(); ++r) {
+        if (outs[r].type == ElementType::kInvalid) continue;  // returned as an undefined tensor
         program_outputs.push_back(results[r]);
         out_specs.push_back(outs[r]);
         entry.sinks.push_back({true, static_cast<int>(r), outs[r].dims, out_dtypes[r]});

@@ -54,6 +54,9 @@ struct Ctx {
   ElementType out_type(size_t k = 0) const { return outs.at(k).type; }
   const Dims& out_dims(size_t k = 0) const { return outs.at(k).dims; }
   Type out(size_t k = 0) const { return Type{outs.at(k).type, outs.at(k).dims}; }
+  // False for results the caller does not want (undefined in shape inference, e.g. by output_mask):
+  // the row may return an invalid Value for them.
+  bool wanted(size_t k) const { return outs.at(k).type != ElementType::kInvalid; }
 };
 
 using LowerFn = std::vector<Value> (*)(Ctx&);
