@@ -185,6 +185,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 void register_aten_kernels() {
   static torch::Library m(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   register_table_kernels(m, {"copy_"});
+  register_data_dependent_kernels(m);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("copy_", copy_);

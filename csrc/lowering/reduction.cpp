@@ -140,16 +140,21 @@ Value logical_reduce(Ctx& c, const Dims& dims, bool all) {
   return finish(c, r);
 }
 
+// Inclusive scan along `dim` in log2(n) steps (Hillis-Steele): each step combines every element with
+// the one `shift` places before it. O(n log n) work, no quadratic reduce_window.
 Value cumulative(Builder& b, Value x, int64_t dim, const char* op, Value init) {
   if (x.rank() == 0) return x;
-  int64_t n = x.dims()[dim];
-  Dims window(x.rank(), 1), strides(x.rank(), 1), ones(x.rank(), 1);
-  window[dim] = n;
-  std::vector<std::pair<int64_t, int64_t>> padding(x.rank(), {0, 0});
-  padding[dim] = {n - 1, 0};
-  std::string o = op;
-  return b.reduce_window(x, init, window, strides, ones, ones, padding,
-                         [o](Builder& bb, const std::vector<Value>& a) { return std::vector<Value>{bb.binary(o.c_str(), a[0], a[1])}; });
+  const int64_t n = x.dims()[dim];
+  Dims zeros(x.rank(), 0), step(x.rank(), 1);
+  for (int64_t shift = 1; shift < n; shift *= 2) {
+    Dims low = zeros, high = zeros, limit = x.dims();
+    low[dim] = shift;
+    limit[dim] = n;
+    Value padded = b.pad(x, init, low, high, zeros);  // init fills the first `shift` places
+    Value before = b.slice(padded, zeros, limit, step);
+    x = b.binary(op, x, before);
+  }
+  return x;
 }
 
 // softmax pieces along `dim` in the accumulation type.

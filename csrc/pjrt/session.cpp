@@ -1,5 +1,9 @@
 #include "pjrt/session.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
@@ -37,6 +41,30 @@ std::string default_cache_dir() {
   return base + "/torch_pjrt";
 }
 
+// The plugin logs informational lines to stderr while it starts (absl's "before InitializeLog" notice,
+// device counts). Failures reach us as PJRT errors, so those lines are hidden unless
+// TORCH_PJRT_VERBOSE=1.
+class QuietStderr {
+ public:
+  QuietStderr() {
+    if (env("TORCH_PJRT_VERBOSE") == "1") return;
+    std::fflush(stderr);
+    saved_ = dup(2);
+    int null = open("/dev/null", O_WRONLY);
+    if (saved_ >= 0 && null >= 0) dup2(null, 2);
+    if (null >= 0) close(null);
+  }
+  ~QuietStderr() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    dup2(saved_, 2);
+    close(saved_);
+  }
+
+ private:
+  int saved_ = -1;
+};
+
 }  // namespace
 
 void Session::configure(std::vector<std::string> search_roots) { roots() = std::move(search_roots); }
@@ -49,6 +77,7 @@ Session* Session::get_or_null() {
       return;
     }
     try {
+      QuietStderr quiet;
       auto plugin = Plugin::load(choice.path);
       std::map<std::string, OptionValue> options;
       if (choice.kind == "cpu") {

@@ -8,7 +8,13 @@ import os
 import site
 import sys
 
-import torch
+
+def _autoload():
+    """Entry point of the ``torch.backends`` group. Importing this package does the registration; this
+    is defined before ``import torch`` because torch may call it while this module is still importing."""
+
+
+import torch  # noqa: E402
 
 __all__ = ["metrics", "reset_metrics", "set_fallback_policy", "get_fallback_policy", "plugin_info"]
 __version__ = "0.1.0"
@@ -62,10 +68,6 @@ def _register():
 
 
 _register()
-
-
-def _autoload():
-    """Entry point of the ``torch.backends`` group: importing the package registers everything."""
 
 
 def metrics():

@@ -1,0 +1,118 @@
+// Ops whose result shape depends on values (nonzero, masked_select): a first program counts on the
+// device, the count is synchronized to the host (these ops are sync points), then a second program of
+// the now-known shape computes the result. Selection is a stable sort of keys that put selected
+// positions first in their original order, then a slice: no scan, no host loop.
+#include <ATen/ops/empty.h>
+#include <ATen/ExpandUtils.h>
+#include <torch/library.h>
+
+#include "aten/errors.h"
+#include "aten/program.h"
+#include "aten/storage.h"
+
+namespace torch_pjrt {
+namespace {
+
+using hlo::Builder;
+using hlo::Type;
+using hlo::Value;
+using pjrt::ElementType;
+
+// The tensor's value as a dense buffer; a never-written storage becomes zeros of the right shape.
+pjrt::BufferPtr dense(const at::Tensor& t) {
+  pjrt::BufferPtr b = dense_buffer(t);
+  if (b) return b;
+  std::vector<int64_t> dims(t.sizes().begin(), t.sizes().end());
+  return run_program("zeros", t.device().index(), {}, [&](Builder& bb, const std::vector<Value>&) {
+    return std::vector<Value>{bb.constant(0, Type{element_type(t.scalar_type()), dims})};
+  })[0];
+}
+
+Value flat_nonzero(Builder& b, Value x) {
+  Value flat = b.reshape(x, {x.type.numel()});
+  return b.compare(hlo::Cmp::NE, flat, b.constant(0, flat.type));
+}
+
+int64_t count_nonzero(const at::Tensor& t, const pjrt::BufferPtr& buf) {
+  auto out = run_program("nonzero_count", t.device().index(), {buf.get()}, [](Builder& b, const std::vector<Value>& a) {
+    Value m = b.convert(flat_nonzero(b, a[0]), ElementType::kS64);
+    return std::vector<Value>{b.reduce(
+        {m}, {b.scalar_i(0, ElementType::kS64)}, {0},
+        [](Builder& bb, const std::vector<Value>& v) { return std::vector<Value>{bb.binary("add", v[0], v[1])}; })[0]};
+  });
+  int64_t n = 0;
+  guarded("nonzero_count", [&] { out[0]->to_host(&n); });
+  return n;
+}
+
+// Flat positions of the first k nonzero elements of x, in order (s64 [k]).
+Value selected_positions(Builder& b, Value x, int64_t k) {
+  const int64_t n = x.type.numel();
+  Value m = flat_nonzero(b, x);
+  Value iota = b.iota(Type{ElementType::kS64, {n}}, 0);
+  Value key = b.select(m, iota, b.binary("add", iota, b.constant_i(n, iota.type)));
+  Value sorted = b.sort({key}, 0, true, [](Builder& bb, const std::vector<Value>& v) {
+    return std::vector<Value>{bb.compare(hlo::Cmp::LT, v[0], v[1])};
+  })[0];
+  return b.slice(sorted, {0}, {k}, {1});
+}
+
+at::Tensor nonzero(const at::Tensor& self) {
+  pjrt::BufferPtr buf = dense(self);
+  const int64_t k = count_nonzero(self, buf);
+  const int64_t rank = self.dim();
+  if (k == 0 || self.numel() == 0) return at::empty({0, rank}, self.options().dtype(at::kLong));
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  auto out = run_program("nonzero", self.device().index(), {buf.get()}, [&](Builder& b, const std::vector<Value>& a) {
+    Value pos = selected_positions(b, a[0], k);
+    std::vector<Value> coords;
+    int64_t stride = 1;
+    std::vector<int64_t> strides(rank);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      strides[d] = stride;
+      stride *= sizes[d];
+    }
+    for (int64_t d = 0; d < rank; ++d) {
+      Value q = b.binary("divide", pos, b.constant_i(strides[d], pos.type));
+      Value c = b.binary("remainder", q, b.constant_i(sizes[d], pos.type));
+      coords.push_back(b.reshape(c, {k, 1}));
+    }
+    if (coords.empty()) return std::vector<Value>{b.constant_i(0, Type{ElementType::kS64, {k, 0}})};
+    return std::vector<Value>{b.concatenate(coords, 1)};
+  });
+  return wrap_buffer(out[0], {k, rank}, at::kLong);
+}
+
+at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  at::Tensor r = nonzero(self);
+  out.resize_(r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
+  auto shape = at::infer_size(self.sizes(), mask.sizes());
+  at::Tensor s = self.expand(shape), m = mask.expand(shape);
+  pjrt::BufferPtr mbuf = dense(m), sbuf = dense(s);
+  const int64_t k = count_nonzero(m, mbuf);
+  if (k == 0) return at::empty({0}, self.options());
+  auto out = run_program("masked_select", self.device().index(), {sbuf.get(), mbuf.get()},
+                         [&](Builder& b, const std::vector<Value>& a) {
+                           Value pos = selected_positions(b, a[1], k);
+                           Value flat = b.reshape(a[0], {a[0].type.numel()});
+                           hlo::GatherDims dn{{}, {0}, {0}, 1};
+                           return std::vector<Value>{b.gather(flat, b.reshape(pos, {k, 1}), dn, {1}, {k})};
+                         });
+  return wrap_buffer(out[0], {k}, self.scalar_type());
+}
+
+}  // namespace
+
+void register_data_dependent_kernels(torch::Library& m) {
+  m.impl("nonzero", nonzero);
+  m.impl("nonzero.out", nonzero_out);
+  m.impl("masked_select", masked_select);
+}
+
+}  // namespace torch_pjrt

@@ -1,0 +1,153 @@
+// _foreach_* rows (what torch.optim's foreach implementations and clip_grad_norm_ call): one program
+// for the whole list. Each element is lowered by a per-element function on a sub-context whose list
+// arguments are replaced by their i-th entries, so an element sees exactly what the single-tensor op
+// would see.
+#include <cmath>
+
+#include "lowering/helpers.h"
+
+namespace lowering {
+namespace {
+
+using V = std::vector<Value>;
+using hlo::Cmp;
+
+// Arguments of element i: Tensor[] -> its i-th tensor, Scalar[] -> its i-th scalar, others unchanged.
+Ctx element(Ctx& c, size_t i) {
+  Ctx e{c.b, {}, {c.outs.at(i)}, {}, {}};
+  for (const Arg& a : c.args) {
+    if (a.kind != Arg::kTensorList) {
+      e.args.push_back(a);
+      continue;
+    }
+    Arg x;
+    x.value = a.list.at(i);
+    x.weak = a.weak;
+    if (a.weak) {  // a Scalar[] (run-time scalars)
+      x.kind = Arg::kScalar;
+      x.scalar_type = x.value.elem();
+    } else {
+      x.kind = x.value.valid() ? Arg::kTensor : Arg::kNone;
+    }
+    e.args.push_back(x);
+  }
+  return e;
+}
+
+template <Value (*F)(Ctx&)>
+V each(Ctx& c) {
+  V out;
+  for (size_t i = 0; i < c.outs.size(); ++i) {
+    Ctx e = element(c, i);
+    out.push_back(F(e));
+  }
+  return out;
+}
+
+Value add(Ctx& c) {
+  Value y = operand(c, 1);
+  if (c.has(2)) y = c.b.binary("multiply", y, operand(c, 2));
+  return c.b.binary("add", operand(c, 0), y);
+}
+Value sub(Ctx& c) {
+  Value y = operand(c, 1);
+  if (c.has(2)) y = c.b.binary("multiply", y, operand(c, 2));
+  return c.b.binary("subtract", operand(c, 0), y);
+}
+Value mul(Ctx& c) { return binary_op(c, "multiply"); }
+Value div(Ctx& c) { return binary_op(c, "divide"); }
+Value maximum(Ctx& c) { return binary_op(c, "maximum"); }
+Value minimum(Ctx& c) { return binary_op(c, "minimum"); }
+Value pow(Ctx& c) { return binary_op(c, "power"); }
+Value addcmul(Ctx& c) {
+  Value prod = c.b.binary("multiply", operand(c, 1), operand(c, 2));
+  return c.b.binary("add", operand(c, 0), c.b.binary("multiply", operand(c, 3), prod));
+}
+Value addcdiv(Ctx& c) {
+  Value q = c.b.binary("divide", operand(c, 1), operand(c, 2));
+  return c.b.binary("add", operand(c, 0), c.b.binary("multiply", operand(c, 3), q));
+}
+Value lerp(Ctx& c) {
+  Value s = operand(c, 0), e = operand(c, 1), w = operand(c, 2);
+  return c.b.binary("add", s, c.b.binary("multiply", w, c.b.binary("subtract", e, s)));
+}
+Value neg(Ctx& c) { return unary_op(c, "negate"); }
+Value sqrt(Ctx& c) { return unary_op(c, "sqrt"); }
+Value rsqrt(Ctx& c) { return unary_op(c, "rsqrt"); }
+Value exp(Ctx& c) { return unary_op(c, "exponential"); }
+Value expm1(Ctx& c) { return unary_op(c, "exponential_minus_one"); }
+Value abs(Ctx& c) { return unary_op(c, "abs"); }
+Value sign(Ctx& c) { return unary_op(c, "sign"); }
+Value reciprocal(Ctx& c) {
+  Value x = operand(c, 0);
+  return c.b.binary("divide", like(c.b, 1, x), x);
+}
+Value zero(Ctx& c) { return c.b.constant(0, c.out()); }
+Value copy(Ctx& c) { return operand(c, 1); }
+Value norm(Ctx& c) {
+  // ord is baked (it decides the program); the result is 0-d
+  ElementType acc = accumulation_type(pjrt::real_type(c.out_type()));
+  Value x = c.b.convert(c.t(0), acc);
+  Value a = c.b.unary("abs", x);
+  Dims all;
+  for (int64_t d = 0; d < a.rank(); ++d) all.push_back(d);
+  double ord = c.arg(1).d;
+  Value r;
+  if (std::isinf(ord)) {
+    r = reduce(c.b, a, all, ord > 0 ? "maximum" : "minimum", c.b.scalar(ord > 0 ? 0 : INFINITY, acc));
+  } else if (ord == 1) {
+    r = reduce_sum(c.b, a, all);
+  } else if (ord == 2) {
+    r = c.b.unary("sqrt", reduce_sum(c.b, c.b.binary("multiply", a, a), all));
+  } else if (ord == 0) {
+    r = reduce_sum(c.b, c.b.convert(c.b.compare(Cmp::NE, a, like(c.b, 0, a)), acc), all);
+  } else {
+    Value s = reduce_sum(c.b, c.b.binary("power", a, c.b.constant(ord, a.type)), all);
+    r = c.b.binary("power", s, c.b.scalar(1.0 / ord, acc));
+  }
+  return c.b.reshape(r, c.out_dims());
+}
+
+// Rows for a binary op in its Scalar, List, ScalarList (and optionally Tensor) forms.
+#define BINARY_ROWS(NAME, FN)                                                                                      \
+  {{"_foreach_" NAME ".Scalar", "_foreach_" NAME "_.Scalar", "_foreach_" NAME ".Scalar_out"}, each<FN>},             \
+      {{"_foreach_" NAME ".List", "_foreach_" NAME "_.List", "_foreach_" NAME ".List_out"}, each<FN>},               \
+      {{"_foreach_" NAME ".ScalarList", "_foreach_" NAME "_.ScalarList", "_foreach_" NAME ".ScalarList_out"}, each<FN>}
+#define TENSOR_ROW(NAME, FN) \
+  {{"_foreach_" NAME ".Tensor", "_foreach_" NAME "_.Tensor", "_foreach_" NAME ".Tensor_out"}, each<FN>}
+#define UNARY_ROW(NAME, FN) {{"_foreach_" NAME, "_foreach_" NAME "_", "_foreach_" NAME ".out"}, each<FN>}
+
+const Rows rows = {
+    BINARY_ROWS("add", add),
+    TENSOR_ROW("add", add),
+    BINARY_ROWS("sub", sub),
+    BINARY_ROWS("mul", mul),
+    TENSOR_ROW("mul", mul),
+    BINARY_ROWS("div", div),
+    TENSOR_ROW("div", div),
+    BINARY_ROWS("maximum", maximum),
+    BINARY_ROWS("minimum", minimum),
+    BINARY_ROWS("clamp_min", maximum),
+    BINARY_ROWS("clamp_max", minimum),
+    BINARY_ROWS("pow", pow),
+    {{"_foreach_pow.ScalarAndTensor"}, each<pow>},
+    BINARY_ROWS("lerp", lerp),
+    {{"_foreach_addcmul.Scalar", "_foreach_addcmul_.Scalar", "_foreach_addcmul.Scalar_out"}, each<addcmul>},
+    {{"_foreach_addcmul.ScalarList", "_foreach_addcmul_.ScalarList", "_foreach_addcmul.ScalarList_out"}, each<addcmul>},
+    {{"_foreach_addcdiv.Scalar", "_foreach_addcdiv_.Scalar", "_foreach_addcdiv.Scalar_out"}, each<addcdiv>},
+    {{"_foreach_addcdiv.ScalarList", "_foreach_addcdiv_.ScalarList", "_foreach_addcdiv.ScalarList_out"}, each<addcdiv>},
+    UNARY_ROW("neg", neg),
+    UNARY_ROW("sqrt", sqrt),
+    UNARY_ROW("rsqrt", rsqrt),
+    UNARY_ROW("exp", exp),
+    UNARY_ROW("expm1", expm1),
+    UNARY_ROW("abs", abs),
+    UNARY_ROW("sign", sign),
+    UNARY_ROW("reciprocal", reciprocal),
+    UNARY_ROW("zero", zero),
+    {{"_foreach_copy", "_foreach_copy_", "_foreach_copy.out"}, each<copy>},
+    {{"_foreach_norm.Scalar", "_foreach_norm.Scalar_out"}, each<norm>, kBakeScalars},
+};
+
+}  // namespace
+}  // namespace lowering

@@ -1,0 +1,6 @@
+#include "lowering/helpers.h"
+
+namespace lowering {
+namespace {
+}  // namespace
+}  // namespace lowering

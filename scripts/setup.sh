@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# All set-up on a fresh machine, idempotent and incremental: a virtual environment with the CPU build of
+# torch 2.13.0 (from local disk), the CPU PJRT plugin and test tools, then the extension built against
+# that torch (CMake + Ninja, ccache when present; the build folder is reused between runs).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+py="$root/.venv/bin/python"
+if ! "$py" -c "import torch, xla_plugins.xla_cpu_pjrt, pytest, ninja, cmake, numpy" 2>/dev/null; then
+  "$py" -m pip install -q --disable-pip-version-check torch==2.13.0 numpy pytest ninja cmake xla-cpu-pjrt
+fi
+if ! command -v ccache >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq ccache) >/dev/null 2>&1 || true  # optional: faster rebuilds
+fi
+export PATH="$root/.venv/bin:$PATH"
+"$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# All tests: set everything up, then the C++ unit tests (ctest) and the Python suite (pytest).
+set -euo pipefail
+root=$(cd "$(dirname "$0")" && pwd)
+"$root/scripts/setup.sh"
+cd "$root"
+echo "== C++ tests (pjrt, hlo) =="
+ctest --test-dir build --output-on-failure
+echo "== Python tests =="
+# Run from outside the source tree so the installed package is what gets tested.
+cd tests/python
+exec ../../.venv/bin/python -m pytest -q -p no:cacheprovider "$@" .
