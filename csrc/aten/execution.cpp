@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "aten/errors.h"
+#include "aten/storage.h"
 
 namespace torch_pjrt {
 namespace {
@@ -54,8 +55,17 @@ Metrics& metrics() {
 bool launch_blocking() { return blocking().load(std::memory_order_relaxed); }
 void set_launch_blocking(bool on) { blocking().store(on); }
 
+std::mutex pending_mu;
+std::shared_ptr<const DeferredError> pending[pjrt::Buffer::kMaxDevices];
+
+void raise_deferred(const DeferredError& e) {
+  TORCH_CHECK_WITH(OutOfMemoryError, !e.out_of_memory, "tpu: out of memory in ", e.op,
+                   " (an earlier asynchronous op; reported at this sync point): ", e.message);
+  TORCH_CHECK(false, "tpu: ", e.op, " failed (an earlier asynchronous op; reported at this sync point): ", e.message);
+}
+
 std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const std::vector<const pjrt::Buffer*>& args,
-                                 const char* op) {
+                                 const char* op, std::shared_ptr<const DeferredError>* failure) {
   std::vector<pjrt::BufferPtr> outs;
   try {
     outs = exe.execute(device, args, op);
@@ -63,7 +73,15 @@ std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const 
       for (const auto& o : outs) o->await();
     }
   } catch (const pjrt::Error& e) {
-    rethrow_pjrt(op, e);
+    if (launch_blocking()) rethrow_pjrt(op, e);
+    auto err = std::make_shared<DeferredError>(DeferredError{op, e.what(), e.code() == pjrt::Code::kResourceExhausted});
+    {
+      std::lock_guard<std::mutex> lock(pending_mu);
+      auto& slot = pending[device % pjrt::Buffer::kMaxDevices];
+      if (!slot) slot = err;
+    }
+    *failure = std::move(err);
+    return {};
   }
   metrics().executions.fetch_add(1, std::memory_order_relaxed);
   if (!outs.empty()) {
@@ -74,6 +92,12 @@ std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const 
 }
 
 void synchronize(int device) {
+  std::shared_ptr<const DeferredError> failed;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu);
+    failed = std::move(pending[device % pjrt::Buffer::kMaxDevices]);
+  }
+  if (failed) raise_deferred(*failed);
   pjrt::BufferPtr last;
   {
     std::lock_guard<std::mutex> lock(last_mu);

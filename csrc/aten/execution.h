@@ -22,12 +22,17 @@ Metrics& metrics();
 bool launch_blocking();
 void set_launch_blocking(bool on);
 
-// Executes and, in debug mode, waits; failures become torch errors naming `op`.
+struct DeferredError;
+
+// Executes and, in debug mode, waits: a failure raises a torch error naming `op` at once. In strict mode
+// a failure is returned instead (and remembered for the next synchronize): the caller poisons the
+// op's outputs, and the failure surfaces at the next sync point.
 std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const std::vector<const pjrt::Buffer*>& args,
-                                 const char* op);
+                                 const char* op, std::shared_ptr<const DeferredError>* failure);
 
 // Waits for everything issued so far on `device` (torch.tpu.synchronize); raises a pending failure.
 void synchronize(int device);
+[[noreturn]] void raise_deferred(const DeferredError& e);
 
 // A 0-d device buffer holding `value` as `type` (f64, s64, pred, c128 or a tensor dtype), cached.
 pjrt::BufferPtr scalar_buffer(int device, pjrt::ElementType type, const c10::Scalar& value);

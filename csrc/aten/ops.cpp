@@ -22,6 +22,7 @@
 namespace torch_pjrt {
 
 at::Tensor download(const at::Tensor& t) {
+  raise_if_poisoned(handle_of(t));
   at::Tensor out = at::empty(t.sizes(), t.options().device(c10::kCPU).memory_format(c10::MemoryFormat::Contiguous));
   if (t.numel() == 0) return out;
   pjrt::BufferPtr buf = dense_buffer(t);
@@ -91,7 +92,9 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     if (host.sizes() != self.sizes()) host = host.expand(self.sizes());
     at::Tensor up = upload(host, self.device().index());
     if (lowering::covers_storage(base_form(self.storage()), view_form(self))) {
-      handle_of(self).buffer = handle_of(up).buffer;
+      StorageHandle& h = handle_of(self);
+      h.buffer = handle_of(up).buffer;
+      h.error.reset();  // a whole new value heals a poisoned storage
     } else {
       copy_on_device(self, up, non_blocking);
     }

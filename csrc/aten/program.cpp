@@ -26,6 +26,7 @@ std::vector<pjrt::BufferPtr> run_program(
 
 pjrt::BufferPtr dense_buffer(const at::Tensor& t) {
   const StorageHandle& h = handle_of(t);
+  raise_if_poisoned(h);
   if (!h.buffer) return nullptr;
   lowering::BaseForm form = base_form(t.storage());
   lowering::ViewForm view = view_form(t);

@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "aten/errors.h"
+#include "aten/execution.h"
 #include "aten/program.h"
 #include "pjrt/session.h"
 
@@ -99,6 +100,10 @@ StorageHandle& handle_of(const c10::Storage& storage) {
   return *static_cast<StorageHandle*>(ctx);
 }
 
+void raise_if_poisoned(const StorageHandle& h) {
+  if (h.error) raise_deferred(*h.error);
+}
+
 lowering::BaseForm base_form(const c10::Storage& storage) {
   lowering::BaseForm f;
   const StorageHandle& h = handle_of(storage);
@@ -120,10 +125,9 @@ lowering::ViewForm view_form(const at::Tensor& t) {
   return v;
 }
 
-at::Tensor wrap_buffer(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::ScalarType dtype) {
-  size_t nbytes = buffer->nbytes();
-  auto* h = new StorageHandle{std::move(buffer), 0};
-  h->device = h->buffer->device();
+namespace {
+
+at::Tensor tensor_over(StorageHandle* h, size_t nbytes, at::IntArrayRef sizes, at::ScalarType dtype) {
   auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
                                                     make_data_ptr(h, nbytes), allocator(), /*resizable=*/true);
   auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(std::move(impl)),
@@ -131,6 +135,20 @@ at::Tensor wrap_buffer(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::Scalar
                                                     caffe2::TypeMeta::fromScalarType(dtype));
   t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
   return t;
+}
+
+}  // namespace
+
+at::Tensor wrap_buffer(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::ScalarType dtype) {
+  size_t nbytes = buffer->nbytes();
+  int device = buffer->device();
+  return tensor_over(new StorageHandle{std::move(buffer), device}, nbytes, sizes, dtype);
+}
+
+at::Tensor poisoned_tensor(at::IntArrayRef sizes, at::ScalarType dtype, int device,
+                           std::shared_ptr<const DeferredError> error) {
+  size_t nbytes = c10::multiply_integers(sizes) * c10::elementSize(dtype);
+  return tensor_over(new StorageHandle{nullptr, device, std::move(error)}, nbytes, sizes, dtype);
 }
 
 at::Tensor upload(const at::Tensor& cpu, int device) {

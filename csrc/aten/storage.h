@@ -12,10 +12,22 @@
 
 namespace torch_pjrt {
 
+// A failure of the op that was to compute a storage's value, kept until a sync point reports it
+// (strict eager mode). Consumers of a poisoned storage are poisoned too instead of running.
+struct DeferredError {
+  std::string op;
+  std::string message;
+  bool out_of_memory = false;
+};
+
 struct StorageHandle {
   pjrt::BufferPtr buffer;  // null until first written (torch.empty)
   int device = 0;
+  std::shared_ptr<const DeferredError> error;
 };
+
+// Raises the storage's deferred error, if any (called at sync points).
+void raise_if_poisoned(const StorageHandle& h);
 
 // The handle behind a tpu tensor's storage.
 StorageHandle& handle_of(const c10::Storage& storage);
@@ -28,6 +40,10 @@ lowering::ViewForm view_form(const at::Tensor& t);
 
 // A new tpu tensor (contiguous, sizes `sizes`) owning `buffer` as its storage's base.
 at::Tensor wrap_buffer(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::ScalarType dtype);
+
+// A new tensor of a failed op: no buffer, the failure reported when it is read.
+at::Tensor poisoned_tensor(at::IntArrayRef sizes, at::ScalarType dtype, int device,
+                           std::shared_ptr<const DeferredError> error);
 
 // Uploads a CPU tensor (any strides) as a new tpu tensor of the same dtype and shape.
 at::Tensor upload(const at::Tensor& cpu, int device);

@@ -12,6 +12,7 @@
 // compiled through the program cache.
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/irange.h>
 
@@ -640,6 +641,10 @@ class TableKernel final : public c10::OperatorKernel {
   // ------------------------------------------------------------------------------------ hit: execute
   void execute(const Entry& entry, torch::jit::Stack* stack, size_t base, Call& call) {
     const torch::jit::Stack& s = *stack;
+    // An input computed by a failed op: this op fails the same way, without running.
+    std::shared_ptr<const DeferredError> failure;
+    for (const auto& st : call.storages)
+      if (!failure) failure = handle_of(st).error;
     std::vector<const pjrt::Buffer*> args;
     args.reserve(entry.sources.size());
     pjrt::BufferPtr keep_small[8];
@@ -652,6 +657,7 @@ class TableKernel final : public c10::OperatorKernel {
       return raw;
     };
     for (const Source& src : entry.sources) {
+      if (failure) break;
       switch (src.what) {
         case Source::kStorage:
           args.push_back(handle_of(call.storages[src.index]).buffer.get());
@@ -676,16 +682,25 @@ class TableKernel final : public c10::OperatorKernel {
           break;
       }
     }
-    std::vector<pjrt::BufferPtr> outs = run(*entry.exe, call.device, args, name_.c_str());
+    std::vector<pjrt::BufferPtr> outs;
+    if (!failure) outs = run(*entry.exe, call.device, args, name_.c_str(), &failure);
 
     // Results: functional ops return new tensors; in-place and out= ops swap storage bases.
     std::vector<at::Tensor> results(entry.num_results);
-    for (size_t o = 0; o < outs.size(); ++o) {
+    for (size_t o = 0; o < entry.sinks.size(); ++o) {
       const Sink& sink = entry.sinks[o];
-      if (sink.new_tensor) {
+      if (failure) {  // poisoned results: they exist, and report the failure when read
+        if (sink.new_tensor) {
+          results[sink.index] = poisoned_tensor(sink.sizes, sink.dtype, call.device, failure);
+        } else {
+          handle_of(call.storages[sink.index]).error = failure;
+        }
+      } else if (sink.new_tensor) {
         results[sink.index] = wrap_buffer(std::move(outs[o]), sink.sizes, sink.dtype);
       } else {
-        handle_of(call.storages[sink.index]).buffer = std::move(outs[o]);
+        StorageHandle& h = handle_of(call.storages[sink.index]);
+        h.buffer = std::move(outs[o]);
+        h.error.reset();
       }
     }
     torch::jit::Stack args_saved;

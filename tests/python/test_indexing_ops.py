@@ -1,0 +1,536 @@
+"""Indexing, scatter/gather, data movement, sort/topk and factory ops on "tpu" against PyTorch on CPU.
+
+Every test runs the same function on CPU and on tpu copies of the same inputs (compare.check). Index
+values are always in range: out-of-range indices are unchecked on the device (gathers clamp, scatters
+drop), so they are not part of the contract tested here.
+"""
+
+import pytest
+import torch
+
+from compare import check, to_device
+
+DTYPES = [torch.float32, torch.int64, torch.bool]
+
+
+def make(shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-50, 50, shape, generator=g).to(dtype)
+
+
+def rand_index(size, shape, seed=1, dtype=torch.int64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, size, shape, generator=g).to(dtype)
+
+
+def distinct(shape, seed=0, dtype=torch.float32):
+    """A tensor of distinct values (so sort / topk indices are unambiguous)."""
+    g = torch.Generator().manual_seed(seed)
+    n = 1
+    for s in shape:
+        n *= s
+    return (torch.randperm(n, generator=g).reshape(shape) - n // 2).to(dtype)
+
+
+def view_of(x, kind):
+    """The same values as `x` through a non-contiguous view (its storage holds other data too)."""
+    if kind == "contiguous":
+        return x
+    if kind == "transposed":
+        return x.transpose(0, 1).contiguous().transpose(0, 1)
+    if kind == "sliced":
+        big = torch.zeros((x.shape[0] * 2,) + tuple(x.shape[1:]), dtype=x.dtype)
+        big[::2] = x
+        return big[::2]
+    raise ValueError(kind)
+
+
+def check_grad(fn, x, *args):
+    """fn(x, *args) forward and x's gradient (for a fixed upstream gradient) agree with CPU."""
+    xc = x.detach().clone().requires_grad_(True)
+    out = fn(xc, *args)
+    g = make(out.shape, out.dtype, seed=7)
+    out.backward(g)
+    xt = x.detach().to("tpu").requires_grad_(True)
+    out_t = fn(xt, *to_device(args, "tpu"))
+    out_t.backward(g.to("tpu"))
+    torch.testing.assert_close(out_t.detach().cpu(), out.detach())
+    assert xt.grad is not None and xt.grad.device.type == "tpu"
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad)
+
+
+# ----------------------------------------------------------------------------------- index_select
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,dim", [((5,), 0), ((4, 6), 0), ((4, 6), 1), ((4, 6), -1), ((2, 3, 5), 1)])
+def test_index_select(shape, dim, dtype):
+    x = make(shape, dtype)
+    idx = rand_index(shape[dim], (7,))
+    check(lambda x, i: x.index_select(dim, i), x, idx)
+
+
+@pytest.mark.parametrize("kind", ["transposed", "sliced"])
+def test_index_select_views_and_int32(kind):
+    x = view_of(make((6, 5)), kind)
+    check(lambda x, i: torch.index_select(x, 1, i), x, rand_index(5, (3,), dtype=torch.int32))
+    check(lambda x, i: torch.index_select(x, 0, i), x, torch.tensor(2))  # 0-d index
+
+
+def test_index_select_out_and_grad():
+    x = make((5, 4))
+    idx = torch.tensor([4, 0, 0, 2])
+    check(lambda x, i: torch.index_select(x, 0, i, out=torch.empty(0, device=x.device)), x, idx)
+    check_grad(lambda x, i: x.index_select(0, i), x, idx)
+
+
+# ----------------------------------------------------------------------------------------- gather
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,dim,ishape", [((5,), 0, (8,)), ((4, 6), 0, (3, 6)), ((4, 6), 1, (4, 9)),
+                                             ((4, 6), 1, (2, 3)), ((2, 3, 5), -1, (2, 3, 4))])
+def test_gather(shape, dim, ishape, dtype):
+    x = make(shape, dtype)
+    idx = rand_index(shape[dim], ishape)
+    check(lambda x, i: torch.gather(x, dim, i), x, idx)
+
+
+def test_gather_views_and_grad():
+    x = view_of(make((5, 6)), "transposed")
+    idx = rand_index(6, (5, 4))
+    check(lambda x, i: x.gather(1, i), x, idx)
+    idx = rand_index(5, (3, 6), dtype=torch.int64)
+    check(lambda x, i: x.gather(0, i), view_of(make((5, 6)), "sliced"), idx)
+    check_grad(lambda x, i: x.gather(0, i), make((5, 6)), idx)
+
+
+# ---------------------------------------------------------------------------------------- scatter
+
+
+def unique_index(size, ishape, dim, seed=2):
+    """Index for scatter along `dim` without duplicates within each slice (so plain scatter is defined)."""
+    g = torch.Generator().manual_seed(seed)
+    n = ishape[dim]
+    assert n <= size
+    perm = torch.stack([torch.randperm(size, generator=g)[:n] for _ in range(max(1, torch.Size(ishape).numel() // n))])
+    other = list(ishape)
+    del other[dim]
+    perm = perm.reshape(*other, n) if other else perm.reshape(n)
+    return perm.movedim(-1, dim).contiguous()
+
+
+SCATTER_CASES = [((6,), 0, (4,)), ((4, 5), 0, (3, 5)), ((4, 5), 1, (4, 3)), ((4, 5), 1, (2, 2)),
+                 ((3, 4, 5), 2, (3, 2, 5))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,dim,ishape", SCATTER_CASES)
+def test_scatter_src_and_value(shape, dim, ishape, dtype):
+    x = make(shape, dtype)
+    idx = unique_index(shape[dim], ishape, dim)
+    src = make(tuple(s + 1 for s in ishape), dtype, seed=3)  # larger than the index: only a corner is used
+    check(lambda x, i, s: x.scatter(dim, i, s), x, idx, src)
+    value = True if dtype == torch.bool else 7
+    check(lambda x, i: x.scatter(dim, i, value), x, idx)
+    check(lambda x, i, s: x.clone().scatter_(dim, i, s), x, idx, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("shape,dim,ishape", SCATTER_CASES)
+def test_scatter_add(shape, dim, ishape, dtype):
+    x = make(shape, dtype)
+    idx = rand_index(shape[dim], ishape)  # duplicates accumulate
+    src = make(ishape, dtype, seed=3)
+    check(lambda x, i, s: x.scatter_add(dim, i, s), x, idx, src)
+    check(lambda x, i, s: x.clone().scatter_add_(dim, i, s), x, idx, src)
+    check(lambda x, i, s: x.scatter(dim, i, s, reduce="add"), x, idx, src)
+
+
+@pytest.mark.parametrize("reduce", ["add", "multiply"])
+def test_scatter_reduce_legacy(reduce):
+    x = make((4, 5))
+    idx = rand_index(5, (4, 3))
+    check(lambda x, i, s: x.scatter(1, i, s, reduce=reduce), x, idx, make((4, 3), seed=4))
+    check(lambda x, i: x.scatter(1, i, 1.5, reduce=reduce), x, idx)
+    check(lambda x, i: x.clone().scatter_(1, i, 2.0, reduce=reduce), x, idx)
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_scatter_reduce_two(reduce, include_self, dtype):
+    x = make((5, 6), dtype)
+    idx = rand_index(6, (5, 4))
+    src = make((5, 4), dtype, seed=5)
+    if reduce == "prod" and dtype == torch.float32:
+        src = src.abs() + 0.5  # keep products well conditioned
+    check(lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self=include_self), x, idx, src)
+    check(lambda x, i, s: x.clone().scatter_reduce_(0, i[:3], s[:3], reduce, include_self=include_self), x, idx, src)
+
+
+def test_scatter_views_and_grad():
+    x = view_of(make((5, 6)), "transposed")
+    idx = unique_index(5, (3, 6), 0)
+    src = view_of(make((3, 6), seed=8), "sliced")
+    check(lambda x, i, s: x.scatter(0, i, s), x, idx, src)
+    check(lambda x, i, s: x.scatter_add(0, i, s), x, idx, src)
+    # gather's backward is a scatter_add onto zeros
+    check_grad(lambda x, i: x.gather(1, i), make((4, 5)), rand_index(5, (4, 7)))
+    # scatter's backward gathers
+    check_grad(lambda s, x, i: x.scatter(0, i, s), make((3, 6), seed=8), make((5, 6)), idx)
+
+
+def test_scatter_on_view_in_place():
+    x = make((6, 6))
+
+    def fn(x, i, s):
+        y = x.clone()
+        y[:, 1:4].scatter_(0, i, s)  # writes through a view of y
+        return y
+
+    check(fn, x, unique_index(6, (2, 3), 0), make((2, 3), seed=9))
+
+
+# ----------------------------------------------------------------------------- index_add / fill / copy
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("shape,dim", [((6,), 0), ((5, 4), 0), ((5, 4), 1), ((2, 5, 3), 1)])
+def test_index_add(shape, dim, dtype):
+    x = make(shape, dtype)
+    idx = rand_index(shape[dim], (7,))
+    sshape = list(shape)
+    sshape[dim] = 7
+    src = make(sshape, dtype, seed=3)
+    check(lambda x, i, s: x.index_add(dim, i, s), x, idx, src)
+    check(lambda x, i, s: x.index_add(dim, i, s, alpha=3), x, idx, src)
+    check(lambda x, i, s: x.clone().index_add_(dim, i, s, alpha=-2), x, idx, src)
+
+
+def test_index_add_views_and_grad():
+    x = view_of(make((5, 4)), "sliced")
+    src = view_of(make((4, 3), seed=3), "transposed")
+    check(lambda x, i, s: x.index_add(1, i, s), x, torch.tensor([3, 0, 3], dtype=torch.int32), src)
+    check_grad(lambda s, x, i: x.index_add(0, i, s), make((3, 4), seed=2), make((5, 4)), torch.tensor([1, 4, 1]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,dim", [((6,), 0), ((5, 4), 0), ((5, 4), -1)])
+def test_index_fill_and_copy(shape, dim, dtype):
+    x = make(shape, dtype)
+    idx = torch.tensor([shape[dim] - 1, 0])
+    value = False if dtype == torch.bool else -3
+    check(lambda x, i: x.index_fill(dim, i, value), x, idx)
+    check(lambda x, i: x.clone().index_fill_(dim, i, value), x, idx)
+    check(lambda x, i, v: x.index_fill(dim, i, v), x, idx, torch.tensor(value, dtype=dtype))
+    sshape = list(shape)
+    sshape[dim] = 2
+    check(lambda x, i, s: x.index_copy(dim, i, s), x, idx, make(sshape, dtype, seed=4))
+
+
+# ------------------------------------------------------------------------------- advanced indexing
+
+
+@pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_tensor_forms(dtype, idx_dtype):
+    x = make((4, 5, 6), dtype)
+    i = torch.tensor([3, -1, 0, 2], dtype=idx_dtype)  # negative indices wrap
+    j = torch.tensor([[1, 4], [0, -5]], dtype=idx_dtype)
+    k = torch.tensor([5, 0, 2, 1], dtype=idx_dtype)
+    check(lambda x, i: x[i], x, i)
+    check(lambda x, j: x[:, j], x, j)
+    check(lambda x, k: x[..., k], x, k)
+    check(lambda x, i, k: x[i, :, k], x, i, k)  # separated: broadcast dims come first
+    check(lambda x, i, k: x[i, 1:3, k], x, i, k)
+    check(lambda x, j, k: x[:, j, k[:2]], x, j, k)  # adjacent, broadcast to 2x2
+    check(lambda x, i, j, k: x[i, j[:1, :1] + 2, k], x, i, j, k)
+    check(lambda x, i: x[i.reshape(2, 2)], x, i)
+    check(lambda x: x[torch.tensor(2, device=x.device)], x)  # 0-d index
+
+
+@pytest.mark.parametrize("kind", ["transposed", "sliced"])
+def test_index_tensor_views(kind):
+    x = view_of(make((6, 5)), kind)
+    check(lambda x, i: x[i], x, torch.tensor([5, 0, 5]))
+    check(lambda x, i, j: x[i, j], x, torch.tensor([5, 0, 5]), torch.tensor([1, 2, 4]))
+    check(lambda x, i: x[:, i], x, torch.tensor([[4, 0], [1, 1]]))
+
+
+def test_index_tensor_grad():
+    i = torch.tensor([1, 3, 1, 0])
+    check_grad(lambda x, i: x[i], make((5, 3)), i)  # repeated rows accumulate in the backward
+    check_grad(lambda x, i: x[:, i], make((2, 5, 3)), i)
+    check_grad(lambda x, i, j: x[i, :, j], make((4, 3, 4)), i, torch.tensor([0, 0, 2, 3]))
+
+
+def test_index_tensor_bool_mask_is_unsupported():
+    x = make((4, 5)).to("tpu")
+    with pytest.raises(NotImplementedError):
+        x[x > 0]
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_put(dtype, accumulate):
+    if accumulate and dtype == torch.bool:
+        pytest.skip("accumulate on bool is logical or; covered by the float/int cases")
+    x = make((5, 4, 3), dtype)
+    i = torch.tensor([4, 0, -2])  # distinct: plain puts are well defined
+    k = torch.tensor([2, 0, 1])
+    v1 = make((3, 4, 3), dtype, seed=3)
+    check(lambda x, i, v: x.index_put((i,), v, accumulate), x, i, v1)
+    check(lambda x, i, k, v: x.index_put((i, None, k), v, accumulate), x, i, k, make((3, 4), dtype, seed=4))
+    check(lambda x, k, v: x.index_put((None, None, k), v, accumulate), x, k, make((5, 4, 3), dtype, seed=5))
+    check(lambda x, i, v: x.index_put_((i,), v, accumulate), x.clone(), i, make((4, 3), dtype, seed=6))  # broadcast
+    scalar = torch.tensor(True if dtype == torch.bool else 9, dtype=dtype)
+    check(lambda x, i, k, v: x.index_put_((i, k), v, accumulate), x.clone(), i, k, scalar)
+
+
+def test_index_put_accumulate_duplicates_and_setitem():
+    x = make((6, 4))
+    i = torch.tensor([1, 5, 1, 1, 0])
+    check(lambda x, i, v: x.index_put((i,), v, accumulate=True), x, i, make((5, 4), seed=3))
+    check(lambda x, i, v: torch.ops.aten._index_put_impl_(x.clone(), (i,), v, True), x, i, make((5, 4), seed=3))
+
+    def setitem(x, i, v):
+        y = x.clone()
+        y[i] = v
+        y[:, i[:2] - 5] = 0.5
+        y[i[:2], i[:2] - 1] += 1.0
+        return y
+
+    check(setitem, x, torch.tensor([3, 0]), make((2, 4), seed=4))
+
+
+def test_index_put_through_views():
+    def fn(x, i, v):
+        y = x.clone()
+        y.t()[i] = v  # index_put_ on a transposed view
+        y[1:, ::2][i[:1]] = 2.0
+        return y
+
+    check(fn, make((4, 5)), torch.tensor([3, 1]), make((2, 4), seed=2))
+
+
+def test_index_put_bool_mask_scalar_value():
+    x = make((4, 5))
+
+    def masked(x):
+        y = x.clone()
+        y[y > 0] = 0.25  # a single mask with a one-element value: a select
+        return y
+
+    check(masked, x)
+    check(lambda x, m: x.index_put((m,), torch.tensor(3.0, device=x.device), accumulate=True), x, x < 0)
+    check(lambda x, m: x.index_put((None, m), torch.tensor(-1.0, device=x.device)), x, torch.tensor([True, False, True, False, False]))
+
+
+def test_index_put_bool_mask_values_unsupported():
+    x = make((4, 5)).to("tpu")
+    with pytest.raises(NotImplementedError):
+        x.index_put_((x > 10,), torch.zeros(0, device="tpu"))
+
+
+# ---------------------------------------------------------------------------------- masked_scatter
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_scatter(dtype):
+    x = make((4, 5), dtype)
+    mask = make((4, 5), torch.bool, seed=3)
+    src = make((25,), dtype, seed=4)
+    check(lambda x, m, s: x.masked_scatter(m, s), x, mask, src)
+    check(lambda x, m, s: x.clone().masked_scatter_(m, s), x, mask, src.reshape(5, 5))
+    check(lambda x, m, s: x.masked_scatter(m, s), x, mask[0], src)  # the mask broadcasts
+    check(lambda x, m, s: x.masked_scatter(m, s), view_of(x, "transposed"), mask, src)
+
+
+def test_masked_scatter_grad_self():
+    mask = make((4, 5), torch.bool, seed=3)
+    check_grad(lambda x, m, s: x.masked_scatter(m, s), make((4, 5)), mask, make((20,), seed=4))
+
+
+# --------------------------------------------------------------------------------- data movement
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pad", [(1, 2), (0, 1, 2, 0), (1, 1, 1, 1, 1, 1), (-1, 2), (2, -2, -1, 1)])
+def test_constant_pad_nd(pad, dtype):
+    x = make((3, 4, 5), dtype)
+    value = True if dtype == torch.bool else 3
+    check(lambda x: torch.constant_pad_nd(x, pad, value), x)
+    check(lambda x: torch.nn.functional.pad(x, pad), view_of(x, "transposed"))
+
+
+def test_pad_grad():
+    check_grad(lambda x: torch.nn.functional.pad(x, (1, 2, -1, 0), value=1.5), make((3, 4)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dims", [(0,), (1,), (-1,), (0, 2), (0, 1, 2), ()])
+def test_flip(dims, dtype):
+    x = make((3, 4, 5), dtype)
+    check(lambda x: x.flip(dims), x)
+    check(lambda x: torch.flip(x, dims), view_of(x, "sliced"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shifts,dims", [(1, 0), (-2, 1), (7, -1), (3, None), ((1, -1), (0, 1)), ((2, 5), (1, 1))])
+def test_roll(shifts, dims, dtype):
+    x = make((3, 4), dtype)
+    check(lambda x: torch.roll(x, shifts, dims), x)
+    check(lambda x: torch.roll(x, shifts, dims), view_of(x, "transposed"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,reps", [((3,), (2,)), ((3,), (2, 2)), ((2, 3), (1, 1)), ((2, 3), (3, 1, 2)),
+                                        ((2, 1, 3), (1, 4, 1)), ((), (3, 2))])
+def test_repeat(shape, reps, dtype):
+    check(lambda x: x.repeat(*reps), make(shape, dtype))
+
+
+def test_flip_roll_repeat_grad():
+    check_grad(lambda x: x.flip(0, 1), make((3, 4)))
+    check_grad(lambda x: x.roll(2, 1), make((3, 4)))
+    check_grad(lambda x: x.repeat(2, 1, 3), make((3, 4)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("diagonal", [0, 1, -1, 3, -4])
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5), (2, 5, 3)])
+def test_tril_triu(shape, diagonal, dtype):
+    x = make(shape, dtype)
+    check(lambda x: torch.tril(x, diagonal), x)
+    check(lambda x: torch.triu(x, diagonal), x)
+    check(lambda x: x.clone().tril_(diagonal), view_of(x, "transposed"))
+    check(lambda x: x.clone().triu_(diagonal), view_of(x, "sliced"))
+
+
+def test_tril_grad():
+    check_grad(lambda x: x.tril(1), make((4, 3)))
+    check_grad(lambda x: x.triu(-1), make((4, 3)))
+
+
+# ----------------------------------------------------------------------------------- sort and topk
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("shape,dim", [((7,), 0), ((4, 6), 0), ((4, 6), 1), ((3, 4, 5), -2)])
+def test_sort_distinct(shape, dim, dtype, descending):
+    x = distinct(shape, dtype=dtype)
+    check(lambda x: torch.sort(x, dim=dim, descending=descending), x)
+    check(lambda x: x.argsort(dim=dim, descending=descending), view_of(x, "transposed") if len(shape) > 1 else x)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sort_stable_with_ties(dtype, descending):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 3, (5, 40), generator=g).to(dtype)  # many ties
+    check(lambda x: torch.sort(x, dim=1, descending=descending, stable=True), x)
+    check(lambda x: torch.sort(x, dim=0, descending=descending, stable=True), x)
+
+
+def test_sort_nan_and_out():
+    x = torch.tensor([3.0, float("nan"), -1.0, float("inf"), 0.0, float("nan"), -float("inf")])
+    check(lambda x: torch.sort(x, stable=True), x)
+    check(lambda x: torch.sort(x, descending=True, stable=True), x)
+
+    def out_variant(x):
+        v = torch.empty(0, device=x.device)
+        i = torch.empty(0, dtype=torch.int64, device=x.device)
+        torch.sort(x, stable=True, out=(v, i))
+        return v, i
+
+    check(out_variant, distinct((3, 4)))
+
+
+def test_sort_grad():
+    check_grad(lambda x: torch.sort(x, dim=1)[0], distinct((3, 5)))
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("shape,k,dim", [((9,), 3, 0), ((4, 6), 2, 1), ((4, 6), 4, 0), ((3, 4, 5), 5, -1),
+                                         ((5,), 5, 0), ((5,), 0, 0)])
+def test_topk(shape, k, dim, dtype, largest):
+    x = distinct(shape, dtype=dtype)
+    check(lambda x: torch.topk(x, k, dim=dim, largest=largest), x)
+    if len(shape) > 1:
+        check(lambda x: x.topk(k, dim, largest, True), view_of(x, "sliced"))
+
+
+def test_topk_nan_and_grad():
+    x = torch.tensor([1.0, float("nan"), 5.0, -2.0, 3.0])
+    check(lambda x: torch.topk(x, 2), x)
+    check_grad(lambda x: torch.topk(x, 2, dim=1)[0], distinct((3, 5)))
+
+    def out_variant(x):
+        v = torch.empty(0, device=x.device)
+        i = torch.empty(0, dtype=torch.int64, device=x.device)
+        torch.topk(x, 3, out=(v, i))
+        return v, i
+
+    check(out_variant, distinct((2, 6)))
+
+
+# --------------------------------------------------------------------------------------- factories
+
+
+@pytest.mark.parametrize("args,kw", [((5,), {}), ((2, 9), {}), ((1, 4, 0.5), {}), ((10, 0, -3), {}),
+                                     ((0.1, 1.0, 0.1), {}), ((5,), {"dtype": torch.float32}),
+                                     ((-3, 7, 2), {"dtype": torch.int32}), ((0, 1, 0.25), {"dtype": torch.float64}),
+                                     ((0,), {}), ((2.5,), {})])
+def test_arange(args, kw):
+    expected = torch.arange(*args, **kw)
+    got = torch.arange(*args, device="tpu", **kw)
+    assert got.device.type == "tpu"
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_arange_out():
+    out = torch.empty(3, device="tpu")
+    torch.arange(0, 10, 2, out=out)
+    torch.testing.assert_close(out.cpu(), torch.arange(0, 10, 2, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+@pytest.mark.parametrize("start,end,steps", [(0, 1, 7), (-3.5, 10, 50), (5, -5, 11), (2, 2, 1), (0, 1, 0), (1, 100, 10)])
+def test_linspace_logspace(start, end, steps, dtype):
+    torch.testing.assert_close(torch.linspace(start, end, steps, device="tpu", dtype=dtype).cpu(),
+                               torch.linspace(start, end, steps, dtype=dtype))
+    if dtype.is_floating_point:
+        s, e = start / 10, end / 10
+        torch.testing.assert_close(torch.logspace(s, e, steps, device="tpu", dtype=dtype).cpu(),
+                                   torch.logspace(s, e, steps, dtype=dtype))
+        torch.testing.assert_close(torch.logspace(s, e, steps, base=2.0, device="tpu", dtype=dtype).cpu(),
+                                   torch.logspace(s, e, steps, base=2.0, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_eye_full_zeros(dtype):
+    for args in [(3,), (2, 5), (4, 1), (0,)]:
+        torch.testing.assert_close(torch.eye(*args, device="tpu", dtype=dtype).cpu(), torch.eye(*args, dtype=dtype))
+    fill = True if dtype == torch.bool else 7
+    torch.testing.assert_close(torch.full((2, 3), fill, device="tpu", dtype=dtype).cpu(), torch.full((2, 3), fill, dtype=dtype))
+    torch.testing.assert_close(torch.zeros(2, 3, device="tpu", dtype=dtype).cpu(), torch.zeros(2, 3, dtype=dtype))
+    torch.testing.assert_close(torch.ones(4, device="tpu", dtype=dtype).cpu(), torch.ones(4, dtype=dtype))
+    x = make((3, 2), dtype)
+    check(lambda x: (torch.zeros_like(x), torch.ones_like(x), torch.full_like(x, fill)), x)
+
+
+def test_factories_run_natively():
+    import torch_pjrt
+
+    before = torch_pjrt.metrics()["fallback_total"]
+    torch.arange(3, 8, device="tpu").sum().item()
+    torch.linspace(0, 1, 5, device="tpu").sum().item()
+    torch.eye(3, device="tpu").sum().item()
+    assert torch_pjrt.metrics()["fallback_total"] == before
