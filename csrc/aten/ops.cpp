@@ -2,6 +2,7 @@
 // resize_. View ops are metadata only (torch's own implementations over our storages); every other
 // op goes through the table (table_kernel.cpp).
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -65,7 +66,14 @@ void copy_on_device(const at::Tensor& self, const at::Tensor& src, bool non_bloc
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   if (self.numel() == 0) return self;
+  // torch's copy_ checks (TensorIterator): no writes through overlapping elements, no partial overlap
+  at::assert_no_internal_overlap(self);
   if (is_tpu(self) && is_tpu(src)) {
+    if (self.is_alias_of(src) && self.storage_offset() == src.storage_offset() && self.sizes() == src.sizes() &&
+        self.strides() == src.strides() && self.scalar_type() == src.scalar_type()) {
+      return self;
+    }
+    at::assert_no_partial_overlap(self, src);
     if (self.device() == src.device()) {
       copy_on_device(self, src, non_blocking);
     } else {

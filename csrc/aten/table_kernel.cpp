@@ -10,6 +10,7 @@
 // exactly what CPU raises, before any device work), the row lowers dense values to StableHLO, views
 // are read from and written back to their storages' bases inside the same program, and the program is
 // compiled through the program cache.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
@@ -410,6 +411,14 @@ class TableKernel final : public c10::OperatorKernel {
     for (size_t i = 0; i < schema_args_; ++i) meta.push_back(to_meta(stack[base + i], kinds_[i], meta_bases));
     torch::jit::Stack variant_meta = meta;
     if (is_inplace_ || is_out_) {
+      // As torch does for every written tensor: no element may be written through two places.
+      for (size_t i = 0; i < schema_args_; ++i) {
+        if (!written_[i]) continue;
+        const c10::IValue& v = stack[base + i];
+        if (v.isTensor()) at::assert_no_internal_overlap(v.toTensor());
+        else if (v.isTensorList())
+          for (const at::Tensor& t : v.toTensorList()) at::assert_no_internal_overlap(t);
+      }
       op.callBoxed(&variant_meta);
       if (is_out_) {
         // out= tensors take the result's shape first; then the call starts over with the new key

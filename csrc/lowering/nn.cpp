@@ -96,10 +96,11 @@ V layer_norm(Ctx& c) {
   Value x = arg_as(c, 0, compute_type(c.t(0).elem()));
   int64_t r = x.rank(), axis = r - static_cast<int64_t>(c.ints(1).size());
   Dims norm = iota_dims(axis, r), outer = iota_dims(0, axis);
-  Value n = b.scalar(static_cast<double>(product(x.dims(), axis)), x.elem());
-  Value mean = div(b, reduce_sum(b, x, norm), b.broadcast_to(n, Dims(x.dims().begin(), x.dims().begin() + axis)));
+  double n = static_cast<double>(product(x.dims(), axis));
+  Value sum = reduce_sum(b, x, norm);
+  Value mean = div(b, sum, like(b, n, sum));
   Value xc = sub(b, x, bcast(b, mean, x.dims(), outer));
-  Value var = div(b, reduce_sum(b, mul(b, xc, xc), norm), b.broadcast_to(n, mean.dims()));
+  Value var = div(b, reduce_sum(b, mul(b, xc, xc), norm), like(b, n, mean));
   Value rstd = b.unary("rsqrt", add(b, var, like(b, c.d(4), var)));
   Value y = mul(b, xc, bcast(b, rstd, x.dims(), outer));
   if (c.has(2)) y = mul(b, y, bcast(b, arg_as(c, 2, x.elem()), x.dims(), norm));
@@ -666,8 +667,6 @@ V avg_pool2d(Ctx& c) {
     int64_t hi = std::max<int64_t>(0, (p.out[i] - 1) * p.stride[i] + p.kernel[i] - p.in[i] - p.padding[i]);
     pad[L + i] = {p.padding[i], hi};
   }
-  Value sum = reduce(b, x, {}, "add", b.scalar(0, t));  // placeholder replaced below
-  (void)sum;
   Value s = b.reduce_window(x, b.scalar(0, t), window, strides, ones, ones, pad,
                             [](Builder& bb, const std::vector<Value>& a) { return std::vector<Value>{bb.binary("add", a[0], a[1])}; });
   if (s.dims() != c.out_dims()) throw hlo::Error("avg_pool2d: unexpected window count");
@@ -765,6 +764,13 @@ V adaptive_avg_pool2d_backward(Ctx& c) {
   return one(b.reshape(y, xd));
 }
 
+// sgn for real types (the gradient of l1_loss and abs); complex inputs fall back.
+V sgn(Ctx& c) {
+  if (pjrt::is_complex(c.t(0).elem())) throw hlo::Error("sgn: complex inputs are not lowered");
+  if (c.out_type() == ElementType::kPred) return one(operand(c, 0));
+  return one(c.b.unary("sign", operand(c, 0)));
+}
+
 const Rows rows = {
     {{"native_layer_norm", "native_layer_norm.out"}, layer_norm},
     {{"native_layer_norm_backward", "native_layer_norm_backward.out"}, layer_norm_backward},
@@ -797,6 +803,8 @@ const Rows rows = {
     {{"avg_pool2d_backward", "avg_pool2d_backward.grad_input"}, avg_pool2d_backward},
     {{"_adaptive_avg_pool2d", "_adaptive_avg_pool2d.out"}, adaptive_avg_pool2d},
     {{"_adaptive_avg_pool2d_backward", "_adaptive_avg_pool2d_backward.out"}, adaptive_avg_pool2d_backward},
+
+    {{"sgn", "sgn_", "sgn.out"}, sgn},
 };
 
 }  // namespace

@@ -190,6 +190,10 @@ const Rows rows = {
     {{"gt.Scalar", "gt_.Scalar", "gt.Scalar_out"}, [](Ctx& c) { return one(compare(c, Cmp::GT)); }},
     {{"ge.Tensor", "ge_.Tensor", "ge.Tensor_out"}, [](Ctx& c) { return one(compare(c, Cmp::GE)); }},
     {{"ge.Scalar", "ge_.Scalar", "ge.Scalar_out"}, [](Ctx& c) { return one(compare(c, Cmp::GE)); }},
+    {{"complex", "complex.out"}, [](Ctx& c) {
+       ElementType part = pjrt::real_type(c.out_type());
+       return one(c.b.complex(operand(c, 0, part, c.out_dims()), operand(c, 1, part, c.out_dims())));
+     }},
     {{"isnan"}, [](Ctx& c) { return one(c.b.compare(Cmp::NE, c.t(0), c.t(0))); }},
 
     // selection

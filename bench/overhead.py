@@ -1,0 +1,76 @@
+"""Host time per call of a cached tiny op on "tpu" against torch CPU eager, and the first-call compile
+time of a new op signature. Ratios are measured side by side in one run (shared, noisy machines).
+
+    TORCH_PJRT_CACHE_DIR= python bench/overhead.py      # empty: no disk cache, so compiles are real
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TORCH_PJRT_CACHE_DIR", "")  # measure real compiles unless told otherwise
+
+import torch  # noqa: E402
+
+import torch_pjrt  # noqa: E402
+
+
+def per_call_us(fn, calls: int, repeats: int = 5) -> float:
+    """Median over repeats of the mean host time per call, in microseconds."""
+    fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=10_000)
+    parser.add_argument("--new-signatures", type=int, default=10)
+    args = parser.parse_args()
+
+    a_cpu, b_cpu = torch.ones(1), torch.ones(1)
+    a, b = a_cpu.to("tpu"), b_cpu.to("tpu")
+    torch.add(a, b).cpu()  # compile once
+
+    # interleave the two so that machine noise hits both alike
+    tpu_us, cpu_us = [], []
+    for _ in range(3):
+        tpu_us.append(per_call_us(lambda: torch.add(a, b), args.calls))
+        torch.tpu.synchronize()
+        cpu_us.append(per_call_us(lambda: torch.add(a_cpu, b_cpu), args.calls))
+    tpu, cpu = statistics.median(tpu_us), statistics.median(cpu_us)
+    print(f"cached tiny op (add of two 1-element tensors, {args.calls} calls):")
+    print(f"  tpu  {tpu:7.2f} us/call")
+    print(f"  cpu  {cpu:7.2f} us/call   (torch CPU eager)")
+    print(f"  ratio tpu/cpu = {tpu / cpu:.1f}x; target <= 15 us/call: {'met' if tpu <= 15 else 'NOT met'}")
+
+    # First call of new signatures: a fresh shape compiles a new program.
+    firsts, warms = [], []
+    before = torch_pjrt.metrics()
+    for i in range(args.new_signatures):
+        x = torch.ones(3 + i, device="tpu")
+        t0 = time.perf_counter()
+        y = x * x
+        torch.tpu.synchronize()
+        firsts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        y = x * x
+        torch.tpu.synchronize()
+        warms.append(time.perf_counter() - t0)
+    after = torch_pjrt.metrics()
+    compiles = after["compiles"] - before["compiles"]
+    print(f"first call of a new op signature ({args.new_signatures} shapes of mul):")
+    print(f"  first call {statistics.median(firsts) * 1e3:7.2f} ms (median), cached call "
+          f"{statistics.median(warms) * 1e3:7.3f} ms; {compiles} plugin compiles, "
+          f"{(after['compile_seconds'] - before['compile_seconds']) / max(compiles, 1) * 1e3:.1f} ms each")
+    del y
+
+
+if __name__ == "__main__":
+    main()
