@@ -35,12 +35,39 @@ void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { r
 FallbackPolicy fallback_policy() { return policy().load(); }
 void set_fallback_policy(FallbackPolicy p) { policy().store(p); }
 
+// Runs the op on CPU copies of its arguments, for its exception only: bad input must raise what the
+// CPU raises even where the fallback is disabled. The caller's tensors are never touched.
+void raise_cpu_error_if_any(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t n = op.schema().arguments().size();
+  torch::jit::Stack copy(stack.end() - n, stack.end());
+  auto to_cpu = [](const at::Tensor& t) { return t.defined() && !t.device().is_cpu() ? t.cpu() : t; };
+  for (auto& v : copy) {
+    if (v.isTensor()) {
+      v = to_cpu(v.toTensor());
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const at::Tensor& t : v.toTensorList()) l.push_back(to_cpu(t));
+      v = l;
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> l;
+      for (const std::optional<at::Tensor> t : v.toOptionalTensorList())
+        l.push_back(t.has_value() ? std::optional<at::Tensor>(to_cpu(*t)) : std::nullopt);
+      v = l;
+    } else if (v.isDevice()) {
+      v = c10::Device(c10::kCPU);
+    }
+  }
+  op.callBoxed(&copy);  // throws the CPU's error for bad input
+}
+
 void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
   const std::string name = c10::toString(op.operator_name());
   const std::string why = reason.empty() ? "no native lowering" : reason;
-  TORCH_CHECK_NOT_IMPLEMENTED(fallback_policy() != FallbackPolicy::kError, "tpu: operator '", name,
-                              "' is not supported natively (", why,
-                              ") and the CPU fallback is disabled (TORCH_PJRT_FALLBACK=error)");
+  if (fallback_policy() == FallbackPolicy::kError) {
+    raise_cpu_error_if_any(op, *stack);
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu: operator '", name, "' is not supported natively (", why,
+                                ") and the CPU fallback is disabled (TORCH_PJRT_FALLBACK=error)");
+  }
   bool warn = false;
   {
     std::lock_guard<std::mutex> lock(mu);
