@@ -3,6 +3,7 @@
 // op goes through the table (table_kernel.cpp).
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/SDPBackend.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -189,6 +190,13 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, std::move(fresh), 0, size, {});
 }
 
+// scaled_dot_product_attention asks the backend which fused kernel to use; ours is the math
+// composition (matmul, softmax), which lowers op by op and fuses in torch.compile.
+int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                         double, bool, std::optional<double>, bool) {
+  return static_cast<int64_t>(at::SDPBackend::math);
+}
+
 }  // namespace
 
 // Called from the Python module's init, after every static initializer (the lowering rows register
@@ -203,6 +211,7 @@ void register_aten_kernels() {
   m.impl("_copy_from", _copy_from);
   m.impl("_copy_from_and_resize", _copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_fused_sdp_choice", fused_sdp_choice);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_.source_Storage", set_source_storage);
