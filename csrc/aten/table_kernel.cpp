@@ -123,6 +123,19 @@ struct Return {
   bool is_list;
 };
 
+// An element of an int[], SymInt[], bool[] or float[] argument as a key word / lowering int.
+int64_t list_item(const c10::IValue& e) {
+  if (e.isInt()) return e.toInt();
+  if (e.isBool()) return e.toBool();
+  if (e.isDouble()) {
+    double d = e.toDouble();
+    int64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    return bits;
+  }
+  return e.toSymInt().guard_int(__FILE__, __LINE__);
+}
+
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   return h;
@@ -295,7 +308,7 @@ class TableKernel final : public c10::OperatorKernel {
         case Kind::kIntList: {
           auto list = v.toListRef();
           key.push_back(static_cast<int64_t>(list.size()));
-          for (const auto& e : list) key.push_back(e.isInt() ? e.toInt() : e.toSymInt().guard_int(__FILE__, __LINE__));
+          for (const auto& e : list) key.push_back(list_item(e));
           break;
         }
         case Kind::kDouble: {
@@ -562,7 +575,7 @@ class TableKernel final : public c10::OperatorKernel {
           break;
         case Kind::kIntList: {
           a.kind = Arg::kInts;
-          for (const auto& e : v.toListRef()) a.ints.push_back(e.isInt() ? e.toInt() : e.toSymInt().guard_int(__FILE__, __LINE__));
+          for (const auto& e : v.toListRef()) a.ints.push_back(list_item(e));
           break;
         }
         case Kind::kDouble:

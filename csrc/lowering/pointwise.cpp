@@ -97,6 +97,13 @@ Value gelu_backward(Builder& b, Value g, Value x, bool tanh_approx) {
   return b.binary("multiply", g, b.binary("add", cdf, b.binary("multiply", x, pdf)));
 }
 
+// x == +inf (sign 1), -inf (-1) or either (0); false for non-float types.
+Value is_inf(Builder& b, Value x, int sign) {
+  if (!pjrt::is_float(x.elem())) return b.constant(0, Type{ElementType::kPred, x.dims()});
+  Value v = sign == 0 ? b.unary("abs", x) : x;
+  return b.compare(Cmp::EQ, v, like(b, sign < 0 ? -INFINITY : INFINITY, v));
+}
+
 bool tanh_mode(const Ctx& c, size_t k) { return c.has(k) && c.arg(k).s == "tanh"; }
 
 const Rows rows = {
@@ -195,6 +202,15 @@ const Rows rows = {
        return one(c.b.complex(operand(c, 0, part, c.out_dims()), operand(c, 1, part, c.out_dims())));
      }},
     {{"isnan"}, [](Ctx& c) { return one(c.b.compare(Cmp::NE, c.t(0), c.t(0))); }},
+    {{"isinf"}, [](Ctx& c) { return one(is_inf(c.b, c.t(0), 0)); }},
+    {{"isposinf", "isposinf.out"}, [](Ctx& c) { return one(is_inf(c.b, c.t(0), 1)); }},
+    {{"isneginf", "isneginf.out"}, [](Ctx& c) { return one(is_inf(c.b, c.t(0), -1)); }},
+    {{"isfinite"}, [](Ctx& c) {
+       Value x = c.t(0);
+       if (!pjrt::is_float(x.elem())) return one(c.b.constant(1, c.out()));
+       Value finite = c.b.compare(Cmp::LT, c.b.unary("abs", x), like(c.b, INFINITY, x));
+       return one(finite);  // NaN compares false
+     }},
 
     // selection
     {{"where.self", "where.self_out"}, [](Ctx& c) {
