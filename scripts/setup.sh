@@ -9,8 +9,8 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 py="$root/.venv/bin/python"
-if ! "$py" -c "import torch, xla_plugins.xla_cpu_pjrt, pytest, ninja, cmake, numpy" 2>/dev/null; then
-  "$py" -m pip install -q --disable-pip-version-check torch==2.13.0 numpy pytest ninja cmake xla-cpu-pjrt
+if ! "$py" -c "import torch, xla_plugins.xla_cpu_pjrt, pytest, expecttest, hypothesis, ninja, cmake, numpy" 2>/dev/null; then
+  "$py" -m pip install -q --disable-pip-version-check torch==2.13.0 numpy pytest expecttest hypothesis ninja cmake xla-cpu-pjrt
 fi
 if ! command -v ccache >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq ccache) >/dev/null 2>&1 || true  # optional: faster rebuilds
