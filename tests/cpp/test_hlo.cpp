@@ -1,0 +1,194 @@
+// The hlo builder and the in-program view model, compiled and run on the CPU plugin; results checked
+// against values computed here by hand.
+#include <cstring>
+#include <numeric>
+
+#include "check.h"
+#include "hlo/builder.h"
+#include "lowering/view.h"
+#include "plugin_fixture.h"
+
+using hlo::Builder;
+using hlo::Type;
+using hlo::Value;
+using pjrt::ElementType;
+
+namespace {
+
+struct Program {
+  Builder b;
+  std::vector<pjrt::TensorSpec> in;
+  Value arg(ElementType t, hlo::Dims d) {
+    in.push_back({t, d});
+    return b.arg(Type{t, d});
+  }
+  // Compiles with `results` as outputs and runs on device 0 with the given host inputs.
+  std::vector<pjrt::BufferPtr> run(const std::vector<Value>& results, const std::vector<const void*>& host) {
+    std::vector<pjrt::TensorSpec> out;
+    for (const auto& r : results) out.push_back({r.elem(), r.dims()});
+    b.ret(results);
+    auto& c = test_client();
+    auto exe = c.compile(b.module_text(), in, out);
+    std::vector<pjrt::BufferPtr> keep;
+    std::vector<const pjrt::Buffer*> args;
+    for (size_t i = 0; i < in.size(); ++i) {
+      keep.push_back(c.from_host(host[i], in[i].type, in[i].dims, 0));
+      args.push_back(keep.back().get());
+    }
+    return exe->execute(0, args, "test");
+  }
+};
+
+template <class T>
+std::vector<T> read(const pjrt::BufferPtr& b) {
+  std::vector<T> v(b->numel());
+  b->to_host(v.data());
+  return v;
+}
+
+std::vector<float> iota_f(int n) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), 0.0f);
+  return v;
+}
+
+}  // namespace
+
+TEST(reduce_and_broadcast) {
+  Program p;
+  Value x = p.arg(ElementType::kF32, {2, 3});
+  Value rows = p.b.reduce({x}, {p.b.scalar(0, ElementType::kF32)}, {1},
+                          [](Builder& b, const std::vector<Value>& a) { return std::vector<Value>{b.binary("add", a[0], a[1])}; })[0];
+  Value centered = p.b.binary("subtract", x, p.b.broadcast_in_dim(rows, {2, 3}, {0}));
+  auto host = iota_f(6);
+  auto out = p.run({rows, centered}, {host.data()});
+  auto r = read<float>(out[0]);
+  CHECK(r[0] == 3 && r[1] == 12);
+  auto c = read<float>(out[1]);
+  CHECK(c[0] == -3 && c[5] == -7);
+}
+
+TEST(dot_general_batched) {
+  Program p;
+  Value a = p.arg(ElementType::kF32, {2, 2, 3});
+  Value b = p.arg(ElementType::kF32, {2, 3, 1});
+  Value d = p.b.dot_general(a, b, {0}, {0}, {2}, {1}, ElementType::kF32);
+  CHECK(d.dims() == (hlo::Dims{2, 2, 1}));
+  auto ha = iota_f(12);
+  std::vector<float> hb(6, 1.0f);
+  auto r = read<float>(p.run({d}, {ha.data(), hb.data()})[0]);
+  CHECK(r[0] == 0 + 1 + 2 && r[3] == 9 + 10 + 11);
+}
+
+TEST(compare_select_convert) {
+  Program p;
+  Value x = p.arg(ElementType::kF32, {4});
+  Value pos = p.b.compare(hlo::Cmp::GT, x, p.b.constant(1.5, x.type));
+  Value y = p.b.select(pos, x, p.b.constant(-1, x.type));
+  Value i = p.b.convert(y, ElementType::kS32);
+  std::vector<float> h{0.5f, 1.5f, 2.5f, 3.5f};
+  auto out = p.run({y, i}, {h.data()});
+  auto f = read<float>(out[0]);
+  auto n = read<int32_t>(out[1]);
+  CHECK(f[0] == -1 && f[1] == -1 && f[2] == 2.5f);
+  CHECK(n[3] == 3);  // truncation toward zero
+}
+
+TEST(sort_gather_scatter) {
+  Program p;
+  Value x = p.arg(ElementType::kF32, {5});
+  Value sorted = p.b.sort({x}, 0, true, [](Builder& b, const std::vector<Value>& a) {
+    return std::vector<Value>{b.compare(hlo::Cmp::LT, a[0], a[1])};
+  })[0];
+  Value idx = p.b.reshape(p.b.constant_i(3, Type{ElementType::kS64, {2}}), {2, 1});
+  Value g = p.b.gather(x, idx, hlo::GatherDims{{}, {0}, {0}, 1}, {1}, {2});
+  Value upd = p.b.constant(10, Type{ElementType::kF32, {2}});
+  Value s = p.b.scatter(x, idx, upd, hlo::ScatterDims{{}, {0}, {0}, 1},
+                        [](Builder& b, const std::vector<Value>& a) { return std::vector<Value>{b.binary("add", a[0], a[1])}; });
+  std::vector<float> h{3, 1, 4, 1.5f, 9};
+  auto out = p.run({sorted, g, s}, {h.data()});
+  auto so = read<float>(out[0]);
+  CHECK(so[0] == 1 && so[1] == 1.5f && so[4] == 9);
+  auto go = read<float>(out[1]);
+  CHECK(go[0] == 1.5f && go[1] == 1.5f);
+  auto sc = read<float>(out[2]);
+  CHECK(sc[3] == 21.5f && sc[0] == 3);  // both updates hit index 3
+}
+
+TEST(constants_are_exact) {
+  Program p;
+  Value x = p.arg(ElementType::kF64, {});
+  Value c = p.b.constant(0.1, Type{ElementType::kF64, {}});
+  double h = 0;
+  auto r = read<double>(p.run({p.b.binary("add", x, c)}, {&h})[0]);
+  CHECK(r[0] == 0.1);
+}
+
+// View reads: transposes, strided slices, broadcasts, and a gather for overlapping strides.
+TEST(view_reads_match_strided_indexing) {
+  struct Case {
+    hlo::Dims sizes, strides;
+    int64_t offset;
+  };
+  std::vector<Case> cases = {
+      {{3, 4}, {4, 1}, 0},     // the base itself
+      {{4, 3}, {1, 4}, 0},     // transpose
+      {{2, 2}, {8, 2}, 1},     // strided slice with offset
+      {{3, 4}, {0, 1}, 4},     // broadcast rows
+      {{3, 3}, {1, 1}, 2},     // overlapping windows (gather path)
+      {{2, 2}, {4, 1}, 6},     // the span runs past the end of the base (padding path)
+  };
+  for (const auto& k : cases) {
+    Program p;
+    Value base = p.arg(ElementType::kF32, {3, 4});
+    lowering::BaseForm form{true, ElementType::kF32, {3, 4}, 48};
+    lowering::ViewForm view{ElementType::kF32, k.sizes, k.strides, k.offset};
+    Value v = lowering::read_view(p.b, base, form, view);
+    auto h = iota_f(12);
+    auto r = read<float>(p.run({v}, {h.data()})[0]);
+    size_t i = 0;
+    for (int64_t a = 0; a < k.sizes[0]; ++a)
+      for (int64_t b = 0; b < k.sizes[1]; ++b) {
+        float want = h[k.offset + a * k.strides[0] + b * k.strides[1]];
+        if (r[i] != want) std::printf("  view %ldx%ld strides %ld,%ld offset %ld: [%ld,%ld] = %g, want %g\n", k.sizes[0], k.sizes[1], k.strides[0], k.strides[1], k.offset, a, b, r[i], want);
+        CHECK(r[i++] == want);
+      }
+  }
+}
+
+TEST(view_write_scatters_into_base) {
+  Program p;
+  Value base = p.arg(ElementType::kF32, {3, 4});
+  lowering::BaseForm form{true, ElementType::kF32, {3, 4}, 48};
+  lowering::ViewForm col{ElementType::kF32, {3}, {4}, 1};  // column 1
+  lowering::BaseForm after;
+  Value nb = lowering::write_view(p.b, base, form, col, p.b.constant(-1, Type{ElementType::kF32, {3}}), &after);
+  CHECK(after.dims == (hlo::Dims{3, 4}));
+  auto h = iota_f(12);
+  auto r = read<float>(p.run({nb}, {h.data()})[0]);
+  CHECK(r[1] == -1 && r[5] == -1 && r[9] == -1 && r[0] == 0 && r[2] == 2);
+}
+
+TEST(view_dtype_reinterpret) {
+  Program p;
+  Value base = p.arg(ElementType::kF32, {2});
+  lowering::BaseForm form{true, ElementType::kF32, {2}, 8};
+  lowering::ViewForm bytes{ElementType::kU8, {8}, {1}, 0};
+  lowering::ViewForm ints{ElementType::kS32, {2}, {1}, 0};
+  Value u = lowering::read_view(p.b, base, form, bytes);
+  Value i = lowering::read_view(p.b, base, form, ints);
+  float h[2] = {1.0f, -2.0f};
+  auto out = p.run({u, i}, {h});
+  auto ub = read<uint8_t>(out[0]);
+  CHECK(std::memcmp(ub.data(), h, 8) == 0);
+  auto ib = read<int32_t>(out[1]);
+  CHECK(std::memcmp(ib.data(), h, 8) == 0);
+}
+
+TEST(builder_rejects_mismatched_shapes) {
+  Builder b;
+  Value x = b.arg(Type{ElementType::kF32, {2}});
+  Value y = b.arg(Type{ElementType::kF32, {3}});
+  CHECK_THROWS(hlo::Error, b.binary("add", x, y), "operand types differ");
+  CHECK_THROWS(hlo::Error, b.reshape(x, {3}), "reshape");
+}
