@@ -9,6 +9,7 @@
 #include "aten/errors.h"
 #include "aten/program.h"
 #include "aten/storage.h"
+#include "aten/table_kernel.h"
 
 namespace torch_pjrt {
 namespace {
@@ -107,12 +108,64 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   return wrap_buffer(out[0], {k}, self.scalar_type());
 }
 
+// Boolean (and uint8) masks among advanced indices become the long indices of their true elements, as
+// torch does before indexing; the rows then see only integer indices, whose shapes are static. Indices
+// on the CPU move to the device, as torch allows for accelerators.
+c10::List<std::optional<at::Tensor>> expand_masks(const c10::List<std::optional<at::Tensor>>& given,
+                                                  const c10::Device& device, bool* any) {
+  c10::List<std::optional<at::Tensor>> indices, out;
+  *any = false;
+  for (const std::optional<at::Tensor> idx : given) {
+    if (idx.has_value() && idx->defined() && idx->device() != device) {
+      indices.push_back(idx->to(device));
+      *any = true;
+    } else {
+      indices.push_back(idx);
+    }
+  }
+  for (const std::optional<at::Tensor> idx : indices) {
+    if (idx.has_value() && idx->defined() && (idx->scalar_type() == at::kBool || idx->scalar_type() == at::kByte)) {
+      *any = true;
+      at::Tensor nz = nonzero(*idx);
+      for (int64_t d = 0; d < idx->dim(); ++d) out.push_back(nz.select(1, d));
+    } else {
+      out.push_back(idx);
+    }
+  }
+  return out;
+}
+
+// The kernel of an indexing overload whose argument 1 is `Tensor?[] indices`: masks expanded, then the row.
+template <const char* kOverload>
+void with_expanded_masks(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  c10::IValue& indices = (*stack)[stack->size() - n + 1];
+  bool any = false;
+  auto expanded = expand_masks(indices.toOptionalTensorList(), (*stack)[stack->size() - n].toTensor().device(), &any);
+  if (any) indices = expanded;
+  call_row(kOverload, stack);
+}
+
+constexpr char kIndex[] = "index.Tensor";
+constexpr char kIndexPut[] = "index_put";
+constexpr char kIndexPutInplace[] = "index_put_";
+constexpr char kIndexPutImpl[] = "_index_put_impl_";
+
 }  // namespace
+
+const std::set<std::string>& data_dependent_overloads() {
+  static const std::set<std::string> names = {kIndex, kIndexPut, kIndexPutInplace, kIndexPutImpl};
+  return names;
+}
 
 void register_data_dependent_kernels(torch::Library& m) {
   m.impl("nonzero", nonzero);
   m.impl("nonzero.out", nonzero_out);
   m.impl("masked_select", masked_select);
+  m.impl(kIndex, torch::CppFunction::makeFromBoxedFunction<&with_expanded_masks<kIndex>>());
+  m.impl(kIndexPut, torch::CppFunction::makeFromBoxedFunction<&with_expanded_masks<kIndexPut>>());
+  m.impl(kIndexPutInplace, torch::CppFunction::makeFromBoxedFunction<&with_expanded_masks<kIndexPutInplace>>());
+  m.impl(kIndexPutImpl, torch::CppFunction::makeFromBoxedFunction<&with_expanded_masks<kIndexPutImpl>>());
 }
 
 }  // namespace torch_pjrt

@@ -203,7 +203,9 @@ int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&
 // themselves statically, so a static TORCH_LIBRARY_IMPL could run before the table is complete).
 void register_aten_kernels() {
   static torch::Library m(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
-  register_table_kernels(m, {"copy_"});
+  std::set<std::string> custom = data_dependent_overloads();
+  custom.insert("copy_");
+  register_table_kernels(m, custom);
   register_data_dependent_kernels(m);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);

@@ -16,5 +16,6 @@ void call_row(const std::string& overload, torch::jit::Stack* stack);
 // Registers every PrivateUse1 kernel of the aten namespace (rows and ops.cpp's own); once.
 void register_aten_kernels();
 void register_data_dependent_kernels(torch::Library& m);
+const std::set<std::string>& data_dependent_overloads();  // custom kernels in data_dependent.cpp
 
 }  // namespace torch_pjrt
