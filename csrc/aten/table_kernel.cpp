@@ -591,10 +591,9 @@ class TableKernel final : public c10::OperatorKernel {
       ctx.args.push_back(std::move(a));
     }
     if (row_->flags & lowering::kRandom) {
-      ctx.rng_state = add_input(ElementType::kU64, {Source::kRng, 0, 0, ElementType::kU64});
-      // the state is a 2-vector; add_input made a scalar: fix its type
-      in_specs.back() = {ElementType::kU64, {2}};
-      ctx.rng_state = hlo::Value{ctx.rng_state.id, hlo::Type{ElementType::kU64, {2}}};
+      ctx.rng_state = b.arg(hlo::Type{ElementType::kU64, {2}});
+      in_specs.push_back({ElementType::kU64, {2}});
+      entry.sources.push_back({Source::kRng, 0, 0, ElementType::kU64});
     }
 
     // 3. Lower, then convert results to the types shape inference promised.
