@@ -5,6 +5,8 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_native_batch_norm_legit.h>
+#include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
@@ -197,6 +199,19 @@ int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&
   return static_cast<int64_t>(at::SDPBackend::math);
 }
 
+// native_batch_norm updates running statistics without saying so in its schema; route it to the
+// overloads that do say so (rows in batch_norm.cpp), as torch's own decompositions do.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
+    double momentum, double eps) {
+  bool stats = running_mean && running_mean->defined() && running_var && running_var->defined();
+  if (!stats) return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
+  at::Tensor rm = *running_mean, rv = *running_var;
+  if (!training) return at::_native_batch_norm_legit_no_training(input, weight, bias, rm, rv, momentum, eps);
+  return at::_native_batch_norm_legit(input, weight, bias, rm, rv, true, momentum, eps);
+}
+
 }  // namespace
 
 // Called from the Python module's init, after every static initializer (the lowering rows register
@@ -214,6 +229,7 @@ void register_aten_kernels() {
   m.impl("_copy_from_and_resize", _copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_fused_sdp_choice", fused_sdp_choice);
+  m.impl("native_batch_norm", native_batch_norm);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_.source_Storage", set_source_storage);

@@ -200,6 +200,7 @@ class TableKernel final : public c10::OperatorKernel {
           returns_.push_back({false, next_result++, is_list});
         }
       }
+      new_returns_ = static_cast<size_t>(next_result);
       const std::string& fname = row_->overloads.front();
       auto dot = fname.find('.');
       std::string base = "aten::" + fname.substr(0, dot);
@@ -619,6 +620,15 @@ class TableKernel final : public c10::OperatorKernel {
         entry.sinks.push_back({true, static_cast<int>(r), outs[r].dims, out_dtypes[r]});
       }
     } else {
+      // Ops that return new tensors and also update arguments (batch norm's running statistics): the
+      // functional overload's first results are the new tensors, the rest the arguments' new values.
+      size_t first_written = is_inplace_ ? new_returns_ : 0;
+      for (size_t r = 0; r < first_written; ++r) {
+        if (outs[r].type == ElementType::kInvalid) continue;
+        program_outputs.push_back(results[r]);
+        out_specs.push_back(outs[r]);
+        entry.sinks.push_back({true, static_cast<int>(r), outs[r].dims, out_dtypes[r]});
+      }
       std::vector<at::Tensor> targets;
       for (size_t i = 0; i < schema_args_; ++i) {
         if (!written_[i]) continue;
@@ -627,14 +637,14 @@ class TableKernel final : public c10::OperatorKernel {
         else if (v.isTensorList())
           for (const at::Tensor& t : v.toTensorList()) targets.push_back(t);
       }
-      if (targets.size() != results.size())
+      if (targets.size() != results.size() - first_written)
         throw hlo::Error(name_ + ": " + std::to_string(targets.size()) + " written tensors for " +
-                         std::to_string(results.size()) + " results");
+                         std::to_string(results.size() - first_written) + " results");
       std::vector<bool> touched(call.slots.size(), false);
       for (size_t r = 0; r < targets.size(); ++r) {
         int s = slot_of(targets[r]);
         lowering::ViewForm view = view_form(targets[r]);
-        hlo::Value value = b.convert(results[r], view.elem);
+        hlo::Value value = b.convert(results[first_written + r], view.elem);
         lowering::BaseForm new_form;
         slot_values[s] = lowering::write_view(b, slot_values[s], forms[s], view, value, &new_form);
         forms[s] = new_form;
@@ -647,7 +657,7 @@ class TableKernel final : public c10::OperatorKernel {
         entry.sinks.push_back({false, static_cast<int>(s), forms[s].dims, scalar_type(forms[s].elem)});
       }
     }
-    entry.num_results = results.size();
+    entry.num_results = is_inplace_ || is_out_ ? new_returns_ : results.size();
     b.ret(program_outputs);
     auto& session = session_or_throw();
     entry.exe = session.programs().get(b.module_text(name_for_module()), in_specs, out_specs);
@@ -755,6 +765,7 @@ class TableKernel final : public c10::OperatorKernel {
   std::string name_;
   std::once_flag prepared_;
   size_t schema_args_ = 0, functional_args_ = 0, functional_returns_ = 0;
+  size_t new_returns_ = 0;  // returns that are new tensors (not aliases of arguments)
   std::vector<Kind> kinds_;
   std::vector<bool> written_;
   std::vector<Return> returns_;
