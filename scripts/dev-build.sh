@@ -14,5 +14,6 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 cmake --build "$build" -j "${MAX_JOBS:-2}"
 for f in "$root"/python/torch_pjrt/*.py; do ln -sf "$f" "$pkg/torch_pjrt/"; done
-cp "$build"/_C*.so "$pkg/torch_pjrt/"
+# copy then rename: overwriting a loaded library in place crashes processes still using it
+for so in "$build"/_C*.so; do cp "$so" "$pkg/torch_pjrt/.new.so" && mv "$pkg/torch_pjrt/.new.so" "$pkg/torch_pjrt/$(basename "$so")"; done
 echo "PYTHONPATH=$pkg"
