@@ -627,7 +627,8 @@ V max_pool2d_backward(Ctx& c) {
   if (k == 0 || hw == 0) return one(b.constant(0, Type{t, xd}));
   Value g = b.reshape(arg_as(c, 0, t), {k});
   Value idx = b.reshape(b.convert(c.t(7), ElementType::kS64), {planes, ohw});
-  Value base = mul(b, b.iota(Type{ElementType::kS64, {planes, ohw}}, 0), b.constant_i(hw, Type{ElementType::kS64, {planes, ohw}}));
+  Type it{ElementType::kS64, {planes, ohw}};
+  Value base = mul(b, b.iota(it, 0), b.constant_i(hw, it));
   idx = b.reshape(add(b, idx, base), {k, 1});
   Value res = scatter_add_rows(b, b.constant(0, Type{t, {planes * hw}}), idx, g);
   return one(b.reshape(res, xd));
@@ -652,6 +653,15 @@ Value avg_pool_divisor(Builder& b, const Pool2d& p, bool count_include_pad) {
   return maxv(b, n, b.constant_i(1, n.type));  // an empty window sums to zero: any divisor will do
 }
 
+Value window_sum(Builder& b, Value x, const Dims& window, const Dims& strides,
+                 const std::vector<std::pair<int64_t, int64_t>>& padding) {
+  Dims ones(x.rank(), 1);
+  return b.reduce_window(x, b.scalar(0, x.elem()), window, strides, ones, ones, padding,
+                         [](Builder& bb, const std::vector<Value>& a) {
+                           return std::vector<Value>{bb.binary("add", a[0], a[1])};
+                         });
+}
+
 // avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override?)
 V avg_pool2d(Ctx& c) {
   Builder& b = c.b;
@@ -659,7 +669,7 @@ V avg_pool2d(Ctx& c) {
   Value x = arg_as(c, 0, t);
   Pool2d p = pool2d(c, x, c.out_dims(), 1, false);
   int64_t r = x.rank(), L = p.lead;
-  Dims window(r, 1), strides(r, 1), ones(r, 1);
+  Dims window(r, 1), strides(r, 1);
   std::vector<std::pair<int64_t, int64_t>> pad(r, {0, 0});
   for (int i = 0; i < 2; ++i) {
     window[L + i] = p.kernel[i];
@@ -667,8 +677,7 @@ V avg_pool2d(Ctx& c) {
     int64_t hi = std::max<int64_t>(0, (p.out[i] - 1) * p.stride[i] + p.kernel[i] - p.in[i] - p.padding[i]);
     pad[L + i] = {p.padding[i], hi};
   }
-  Value s = b.reduce_window(x, b.scalar(0, t), window, strides, ones, ones, pad,
-                            [](Builder& bb, const std::vector<Value>& a) { return std::vector<Value>{bb.binary("add", a[0], a[1])}; });
+  Value s = window_sum(b, x, window, strides, pad);
   if (s.dims() != c.out_dims()) throw hlo::Error("avg_pool2d: unexpected window count");
   Value divisor;
   if (c.has(6)) {
@@ -701,8 +710,7 @@ V avg_pool2d_backward(Ctx& c) {
   }
   Value d = b.pad(g, b.scalar(0, t), lo, hi, interior);
   std::vector<std::pair<int64_t, int64_t>> none(r, {0, 0});
-  Value gx = b.reduce_window(d, b.scalar(0, t), window, ones, ones, ones, none,
-                             [](Builder& bb, const std::vector<Value>& a) { return std::vector<Value>{bb.binary("add", a[0], a[1])}; });
+  Value gx = window_sum(b, d, window, ones, none);
   return one(b.reshape(gx, c.out_dims()));
 }
 
@@ -787,7 +795,8 @@ const Rows rows = {
     {{"binary_cross_entropy_backward", "binary_cross_entropy_backward.grad_input"}, bce_backward},
     {{"binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits.out"}, bce_with_logits},
     {{"smooth_l1_loss", "smooth_l1_loss.out"}, [](Ctx& c) { return smooth_l1(c, false); }},
-    {{"smooth_l1_loss_backward", "smooth_l1_loss_backward.grad_input"}, [](Ctx& c) { return smooth_l1_backward(c, false); }},
+    {{"smooth_l1_loss_backward", "smooth_l1_loss_backward.grad_input"},
+     [](Ctx& c) { return smooth_l1_backward(c, false); }},
     {{"huber_loss", "huber_loss.out"}, [](Ctx& c) { return smooth_l1(c, true); }},
     {{"huber_loss_backward", "huber_loss_backward.out"}, [](Ctx& c) { return smooth_l1_backward(c, true); }},
 

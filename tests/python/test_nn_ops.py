@@ -1,0 +1,503 @@
+"""nn ops of a training loop (norms, losses, embedding, convolution, pooling): forward results and
+gradients on "tpu" against PyTorch on the CPU, on the same inputs. The error fallback policy
+(conftest.py) makes every op here run natively or fail."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from compare import assert_same, check, to_device
+
+
+def grad_check(fn, *args, seed=0, f32_grad_reference=False, **tol):
+    """Runs fn on CPU and on tpu copies of args, backpropagates the same upstream gradient through each
+    and compares the outputs and the gradients of every argument that requires grad.
+
+    f32_grad_reference: the CPU gradients come from the same (bf16) inputs and upstream gradient
+    computed in float32, then rounded to the arguments' dtype. The tpu rows compute half types in float32
+    throughout; torch's CPU backward kernels for bf16 round their intermediates to bf16, so their
+    gradients are further from the exact result than ours (by a bf16 ulp where sums cancel)."""
+    cpu_args = to_device(args, "cpu")
+    tpu_args = to_device(args, "tpu")
+    expected = fn(*cpu_args)
+    got = fn(*tpu_args)
+    exp_list = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    got_list = list(got) if isinstance(got, (tuple, list)) else [got]
+    assert_same([g.detach() for g in got_list], [e.detach() for e in exp_list], **tol)
+    if f32_grad_reference:
+        cpu_args = tuple(_upcast(a) for a in cpu_args)
+        exp_list = fn(*cpu_args)
+        exp_list = list(exp_list) if isinstance(exp_list, (tuple, list)) else [exp_list]
+    gen = torch.Generator().manual_seed(seed + 1)
+    outs_c, outs_t, ups_c, ups_t = [], [], [], []
+    for e, g in zip(exp_list, got_list):
+        if not e.requires_grad:
+            continue
+        up = torch.randn(e.shape, generator=gen).to(g.dtype)
+        outs_c.append(e)
+        outs_t.append(g)
+        ups_c.append(up.to(e.dtype))
+        ups_t.append(up.to("tpu"))
+    assert outs_c, "nothing to differentiate"
+    torch.autograd.backward(outs_c, ups_c)
+    torch.autograd.backward(outs_t, ups_t)
+    leaves = [(t, c) for t, c in zip(_leaves(tpu_args), _leaves(cpu_args)) if c.requires_grad]
+    assert leaves, "no argument requires grad"
+    for t, c in leaves:
+        assert c.grad is not None
+        assert t.grad is not None, "tpu gradient missing"
+        assert_same(t.grad, c.grad.to(t.dtype), **tol)
+    return got
+
+
+def _upcast(a):
+    if isinstance(a, torch.Tensor) and a.is_floating_point():
+        return a.detach().float().requires_grad_(a.requires_grad)
+    return a
+
+
+def _leaves(args):
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(_leaves(a))
+    return out
+
+
+def randn(*shape, dtype=torch.float32, grad=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype).requires_grad_(grad)
+
+
+# ------------------------------------------------------------------------------------------ norms
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape,normalized", [((4, 8), (8,)), ((2, 3, 4, 5), (4, 5)), ((3, 6), (3, 6))])
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+def test_layer_norm(dtype, shape, normalized, affine):
+    x = randn(*shape, dtype=dtype, seed=1)
+    w = randn(*normalized, dtype=dtype, seed=2) if affine != "none" else None
+    b = randn(*normalized, dtype=dtype, seed=3) if affine == "both" else None
+    grad_check(lambda x, w, b: F.layer_norm(x, normalized, w, b, eps=1e-5), x, w, b,
+               f32_grad_reference=dtype == torch.bfloat16)
+
+
+def test_layer_norm_module_input_grad_only():
+    x = randn(5, 7, seed=4)
+    grad_check(lambda x: F.layer_norm(x, (7,)), x)
+
+
+def test_layer_norm_weight_grad_only():
+    x = randn(5, 7, grad=False, seed=4)
+    w = randn(7, seed=5)
+    grad_check(lambda x, w: F.layer_norm(x, (7,), w), x, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape,groups", [((2, 6, 4, 4), 3), ((2, 4, 5), 2), ((3, 4, 2, 3), 1), ((2, 4, 3, 3), 4)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm(dtype, shape, groups, affine):
+    x = randn(*shape, dtype=dtype, seed=1)
+    w = randn(shape[1], dtype=dtype, seed=2) if affine else None
+    b = randn(shape[1], dtype=dtype, seed=3) if affine else None
+    grad_check(lambda x, w, b: F.group_norm(x, groups, w, b, eps=1e-5), x, w, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("eps", [None, 1e-5])
+@pytest.mark.parametrize("affine", [True, False])
+def test_rms_norm(dtype, eps, affine):
+    x = randn(3, 4, 8, dtype=dtype, seed=1)
+    w = randn(8, dtype=dtype, seed=2) if affine else None
+    grad_check(lambda x, w: F.rms_norm(x, (8,), w, eps=eps), x, w)
+
+
+def test_rms_norm_module():
+    m = torch.nn.RMSNorm([4, 6])
+    x = randn(2, 4, 6, seed=7)
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(4, 6))
+    grad_check(lambda x, w: F.rms_norm(x, (4, 6), w, m.eps), x, m.weight)
+
+
+# ----------------------------------------------------------------------------------------- losses
+def log_probs(*shape, seed=0, dim=1):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).log_softmax(dim).requires_grad_()
+
+
+def targets(n_classes, *shape, seed=0):
+    return torch.randint(0, n_classes, shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ignore_index", [-100, 2])
+def test_nll_loss_2d_input(reduction, weighted, ignore_index):
+    x = log_probs(6, 5, seed=1)
+    t = targets(5, 6, seed=2)
+    t[1] = 2
+    w = torch.rand(5, generator=torch.Generator().manual_seed(3)) if weighted else None
+    grad_check(lambda x, t, w: F.nll_loss(x, t, w, ignore_index=ignore_index, reduction=reduction), x, t, w)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss_1d_input(reduction, weighted):
+    x = log_probs(5, seed=1, dim=0)
+    t = torch.tensor(3)
+    w = torch.rand(5, generator=torch.Generator().manual_seed(3)) if weighted else None
+    grad_check(lambda x, t, w: F.nll_loss(x, t, w, reduction=reduction), x, t, w)
+
+
+def test_nll_loss_all_ignored_mean_is_nan():
+    x = log_probs(3, 4, seed=1)
+    t = torch.tensor([1, 1, 1])
+    check(lambda x, t: F.nll_loss(x, t, ignore_index=1), x.detach(), t, equal_nan=True)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss_4d_input(reduction, weighted):
+    x = log_probs(2, 4, 3, 5, seed=1)
+    t = targets(4, 2, 3, 5, seed=2)
+    t[0, 1, 2] = -100
+    w = torch.rand(4, generator=torch.Generator().manual_seed(3)) if weighted else None
+    grad_check(lambda x, t, w: F.nll_loss(x, t, w, reduction=reduction), x, t, w)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cross_entropy(label_smoothing, reduction, weighted):
+    x = randn(8, 5, seed=1)
+    t = targets(5, 8, seed=2)
+    w = torch.rand(5, generator=torch.Generator().manual_seed(3)) if weighted else None
+    grad_check(lambda x, t, w: F.cross_entropy(x, t, w, reduction=reduction, label_smoothing=label_smoothing), x, t, w)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.2])
+def test_cross_entropy_spatial(label_smoothing):
+    x = randn(2, 5, 3, 3, seed=1)
+    t = targets(5, 2, 3, 3, seed=2)
+    t[1, 0, 0] = -100
+    grad_check(lambda x, t: F.cross_entropy(x, t, label_smoothing=label_smoothing), x, t)
+
+
+def test_cross_entropy_probability_targets():
+    x = randn(4, 6, seed=1)
+    p = torch.rand(4, 6, generator=torch.Generator().manual_seed(2)).softmax(1)
+    grad_check(lambda x, p: F.cross_entropy(x, p), x, p)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mse_loss(reduction, dtype):
+    x, y = randn(4, 6, dtype=dtype, seed=1), randn(4, 6, dtype=dtype, seed=2)
+    grad_check(lambda x, y: F.mse_loss(x, y, reduction=reduction), x, y)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_l1_loss(reduction):
+    x, y = randn(4, 6, seed=1), randn(4, 6, seed=2)
+    grad_check(lambda x, y: F.l1_loss(x, y, reduction=reduction), x, y)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_binary_cross_entropy(reduction, weighted):
+    gen = torch.Generator().manual_seed(1)
+    p = (torch.rand(5, 4, generator=gen) * 0.98 + 0.01).requires_grad_()
+    y = torch.rand(5, 4, generator=gen)
+    w = torch.rand(5, 4, generator=gen) if weighted else None
+    grad_check(lambda p, y, w: F.binary_cross_entropy(p, y, w, reduction=reduction), p, y, w)
+
+
+def test_binary_cross_entropy_saturates():
+    p = torch.tensor([0.0, 1.0, 0.5, 1e-30])
+    y = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    check(lambda p, y: F.binary_cross_entropy(p, y, reduction="none"), p, y)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("pos_weighted", [False, True])
+def test_binary_cross_entropy_with_logits(reduction, weighted, pos_weighted):
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.randn(5, 4, generator=gen) * 4).requires_grad_()
+    y = torch.rand(5, 4, generator=gen)
+    w = torch.rand(5, 4, generator=gen) if weighted else None
+    pw = torch.rand(4, generator=gen) * 3 if pos_weighted else None
+    grad_check(lambda x, y, w, pw: F.binary_cross_entropy_with_logits(x, y, w, reduction=reduction, pos_weight=pw),
+               x, y, w, pw)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("beta", [1.0, 0.5, 0.0])
+def test_smooth_l1_loss(reduction, beta):
+    x, y = randn(5, 6, seed=1), randn(5, 6, seed=2)
+    grad_check(lambda x, y: F.smooth_l1_loss(x, y, reduction=reduction, beta=beta), x, y)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("delta", [1.0, 0.3])
+def test_huber_loss(reduction, delta):
+    x, y = randn(5, 6, seed=1), randn(5, 6, seed=2)
+    grad_check(lambda x, y: F.huber_loss(x, y, reduction=reduction, delta=delta), x, y)
+
+
+# -------------------------------------------------------------------------------------- embedding
+@pytest.mark.parametrize("padding_idx", [None, 0, 3])
+@pytest.mark.parametrize("scale_grad_by_freq", [False, True])
+@pytest.mark.parametrize("index_shape", [(7,), (3, 4)])
+def test_embedding(padding_idx, scale_grad_by_freq, index_shape):
+    w = randn(10, 5, seed=1)
+    idx = torch.randint(0, 10, index_shape, generator=torch.Generator().manual_seed(2))
+    idx.view(-1)[0] = 3
+    idx.view(-1)[1] = 3
+    idx.view(-1)[2] = 0
+    grad_check(lambda w, i: F.embedding(i, w, padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq), w, idx)
+
+
+def test_embedding_bf16():
+    w = randn(12, 4, dtype=torch.bfloat16, seed=1)
+    idx = torch.tensor([[1, 2, 2], [11, 0, 1]])
+    grad_check(lambda w, i: F.embedding(i, w), w, idx)
+
+
+def test_embedding_int32_indices():
+    w = randn(9, 3, seed=1)
+    idx = torch.tensor([4, 8, 4, 0], dtype=torch.int32)
+    grad_check(lambda w, i: F.embedding(i, w), w, idx)
+
+
+# ------------------------------------------------------------------------------------ convolution
+CONV2D_CASES = [
+    # (in_ch, out_ch, kernel, stride, padding, dilation, groups, hw)
+    (3, 4, 3, 1, 0, 1, 1, (6, 7)),
+    (3, 4, 3, 1, 1, 1, 1, (6, 6)),
+    (2, 3, (3, 2), (2, 1), (1, 0), 1, 1, (7, 6)),
+    (2, 3, 3, 2, 0, 1, 1, (8, 8)),
+    (4, 6, 3, 1, 2, 2, 2, (7, 7)),
+    (4, 4, 3, 1, 1, 1, 4, (5, 6)),
+    (4, 8, 3, 2, 1, 1, 4, (6, 6)),
+    (2, 2, 1, 1, 1, 1, 1, (3, 4)),
+    (3, 2, 4, 3, 2, 1, 1, (9, 10)),
+]
+
+
+@pytest.mark.parametrize("case", CONV2D_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d(case, bias):
+    cin, cout, k, stride, padding, dilation, groups, hw = case
+    kk = k if isinstance(k, tuple) else (k, k)
+    x = randn(2, cin, *hw, seed=1)
+    w = randn(cout, cin // groups, *kk, seed=2)
+    b = randn(cout, seed=3) if bias else None
+    grad_check(lambda x, w, b: F.conv2d(x, w, b, stride, padding, dilation, groups), x, w, b)
+
+
+@pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 1, 1, 1), (1, 2, 2, 2), (3, 1, 1, 4)])
+def test_conv1d(stride, padding, dilation, groups):
+    x = randn(2, 4, 11, seed=1)
+    w = randn(4, 4 // groups, 3, seed=2)
+    b = randn(4, seed=3)
+    grad_check(lambda x, w, b: F.conv1d(x, w, b, stride, padding, dilation, groups), x, w, b)
+
+
+def test_conv3d():
+    x = randn(1, 2, 5, 4, 6, seed=1)
+    w = randn(3, 2, 2, 3, 2, seed=2)
+    b = randn(3, seed=3)
+    grad_check(lambda x, w, b: F.conv3d(x, w, b, (1, 2, 1), (1, 0, 1)), x, w, b)
+
+
+def test_conv2d_same_padding():
+    x = randn(1, 2, 6, 5, seed=1)
+    w = randn(3, 2, 3, 3, seed=2)
+    grad_check(lambda x, w: F.conv2d(x, w, padding="same"), x, w)
+
+
+def test_conv2d_unbatched():
+    x = randn(2, 5, 5, seed=1)
+    w = randn(3, 2, 3, 3, seed=2)
+    grad_check(lambda x, w: F.conv2d(x, w, padding=1), x, w)
+
+
+def test_conv2d_input_grad_only():
+    x = randn(2, 3, 6, 6, seed=1)
+    w = randn(4, 3, 3, 3, grad=False, seed=2)
+    grad_check(lambda x, w: F.conv2d(x, w, stride=2), x, w)
+
+
+def test_conv2d_weight_grad_only():
+    x = randn(2, 3, 6, 6, grad=False, seed=1)
+    w = randn(4, 3, 3, 3, seed=2)
+    grad_check(lambda x, w: F.conv2d(x, w, padding=1), x, w)
+
+
+def test_conv2d_bf16():
+    x = randn(2, 3, 5, 5, dtype=torch.bfloat16, seed=1)
+    w = randn(4, 3, 3, 3, dtype=torch.bfloat16, seed=2)
+    b = randn(4, dtype=torch.bfloat16, seed=3)
+    grad_check(lambda x, w, b: F.conv2d(x, w, b, padding=1), x, w, b, f32_grad_reference=True)
+
+
+CONV_T2D_CASES = [
+    # (in_ch, out_ch, kernel, stride, padding, output_padding, dilation, groups, hw)
+    (3, 2, 3, 1, 0, 0, 1, 1, (4, 5)),
+    (3, 2, 3, 2, 1, 1, 1, 1, (4, 4)),
+    (2, 4, (2, 3), (2, 1), (0, 1), 0, 1, 1, (3, 4)),
+    (4, 6, 3, 2, 1, 0, 2, 2, (4, 4)),
+    (4, 4, 3, 2, 0, 1, 1, 4, (3, 3)),
+    (2, 3, 1, 1, 0, 0, 1, 1, (3, 3)),
+]
+
+
+@pytest.mark.parametrize("case", CONV_T2D_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose2d(case, bias):
+    cin, cout, k, stride, padding, output_padding, dilation, groups, hw = case
+    kk = k if isinstance(k, tuple) else (k, k)
+    x = randn(2, cin, *hw, seed=1)
+    w = randn(cin, cout // groups, *kk, seed=2)
+    b = randn(cout, seed=3) if bias else None
+    grad_check(lambda x, w, b: F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation), x, w, b)
+
+
+def test_conv_transpose1d():
+    x = randn(2, 3, 6, seed=1)
+    w = randn(3, 2, 4, seed=2)
+    b = randn(2, seed=3)
+    grad_check(lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1), x, w, b)
+
+
+def test_conv2d_module():
+    torch.manual_seed(0)
+    m = torch.nn.Conv2d(3, 5, 3, padding=1, stride=2)
+    x = randn(2, 3, 8, 8, seed=1)
+    grad_check(lambda x, w, b: F.conv2d(x, w, b, m.stride, m.padding), x, m.weight, m.bias)
+
+
+# ---------------------------------------------------------------------------------------- pooling
+MAXPOOL_CASES = [
+    # (kernel, stride, padding, dilation, ceil_mode, shape)
+    (2, None, 0, 1, False, (2, 3, 6, 6)),
+    (3, 2, 1, 1, False, (2, 2, 7, 8)),
+    (3, 2, 1, 1, True, (2, 2, 8, 8)),
+    ((2, 3), (1, 2), (1, 1), 1, False, (1, 3, 5, 7)),
+    (3, 1, 1, 2, False, (1, 2, 6, 6)),
+    (2, 2, 0, 1, True, (3, 5, 5)),
+    (3, 3, 0, 1, False, (2, 1, 7, 7)),
+]
+
+
+@pytest.mark.parametrize("case", MAXPOOL_CASES)
+def test_max_pool2d(case):
+    kernel, stride, padding, dilation, ceil_mode, shape = case
+    x = randn(*shape, seed=1)
+
+    def fn(x):
+        return F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, return_indices=True)
+
+    out, idx = grad_check(lambda x: fn(x)[0], x), fn(to_device(x, "tpu"))[1]
+    assert_same(idx, fn(x.detach())[1])
+    assert out.device.type == "tpu"
+
+
+def test_max_pool2d_ties_and_negative_infinity():
+    x = torch.tensor([[[[1.0, 1.0, 0.0], [1.0, 0.5, 0.0], [-float("inf"), -float("inf"), 2.0]]]])
+    check(lambda x: F.max_pool2d(x, 2, 1, return_indices=True), x)
+    y = torch.full((1, 1, 4, 4), -float("inf"))
+    check(lambda y: F.max_pool2d(y, 3, 2, padding=1, return_indices=True), y)
+
+
+def test_max_pool2d_bf16():
+    x = randn(2, 3, 6, 6, dtype=torch.bfloat16, seed=1)
+    grad_check(lambda x: F.max_pool2d(x, 2), x)
+
+
+AVGPOOL_CASES = [
+    # (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override, shape)
+    (2, None, 0, False, True, None, (2, 3, 6, 6)),
+    (3, 2, 1, False, True, None, (2, 2, 7, 8)),
+    (3, 2, 1, False, False, None, (2, 2, 7, 8)),
+    (3, 2, 1, True, True, None, (2, 2, 8, 8)),
+    (3, 2, 1, True, False, None, (2, 2, 8, 8)),
+    ((2, 3), (1, 2), (1, 1), False, True, 5, (1, 3, 5, 7)),
+    (2, 2, 0, True, True, None, (3, 5, 5)),
+    (3, 3, 0, False, True, None, (2, 1, 7, 7)),
+]
+
+
+@pytest.mark.parametrize("case", AVGPOOL_CASES)
+def test_avg_pool2d(case):
+    kernel, stride, padding, ceil_mode, count_include_pad, divisor, shape = case
+    x = randn(*shape, seed=1)
+    grad_check(lambda x: F.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor), x)
+
+
+def test_avg_pool2d_bf16():
+    x = randn(2, 2, 7, 7, dtype=torch.bfloat16, seed=1)
+    grad_check(lambda x: F.avg_pool2d(x, 3, 2, 1), x, f32_grad_reference=True)
+
+
+@pytest.mark.parametrize("shape,out", [((2, 3, 8, 6), (4, 3)), ((2, 3, 7, 5), (3, 2)), ((3, 9, 9), (4, 4)),
+                                       ((1, 2, 5, 6), (5, 6)), ((1, 2, 4, 4), (1, 1)), ((1, 2, 3, 2), (5, 4))])
+def test_adaptive_avg_pool2d(shape, out):
+    x = randn(*shape, seed=1)
+    grad_check(lambda x: F.adaptive_avg_pool2d(x, out), x)
+
+
+def test_adaptive_avg_pool2d_bf16():
+    x = randn(2, 3, 7, 6, dtype=torch.bfloat16, seed=1)
+    grad_check(lambda x: F.adaptive_avg_pool2d(x, (3, 3)), x, f32_grad_reference=True)
+
+
+def test_adaptive_avg_pool2d_direct():
+    # _adaptive_avg_pool2d itself, including output size 1 (F.adaptive_avg_pool2d uses mean for that)
+    x = randn(2, 3, 5, 7, seed=1)
+    grad_check(lambda x: torch.ops.aten._adaptive_avg_pool2d(x, [1, 1]), x)
+    grad_check(lambda x: torch.ops.aten._adaptive_avg_pool2d(x, [2, 3]), x)
+
+
+# ------------------------------------------------------------------------------ a training step
+class SmallNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = torch.nn.GroupNorm(2, 8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pool = torch.nn.AdaptiveAvgPool2d((2, 2))
+        self.ln = torch.nn.LayerNorm(32)
+        self.emb = torch.nn.Embedding(10, 32)
+        self.fc = torch.nn.Linear(32, 5)
+
+    def forward(self, x, tok):
+        h = F.max_pool2d(torch.relu(self.norm(self.conv(x))), 2)
+        h = F.avg_pool2d(self.conv2(h), 1)
+        h = self.pool(h).flatten(1)
+        h = self.ln(h + self.emb(tok))
+        return self.fc(h)
+
+
+def test_training_step():
+    torch.manual_seed(0)
+    cpu = SmallNet()
+    dev = SmallNet()
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tpu")
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 3, 8, 8, generator=gen)
+    tok = torch.randint(0, 10, (4,), generator=gen)
+    y = torch.randint(0, 5, (4,), generator=gen)
+    opt_c = torch.optim.SGD(cpu.parameters(), lr=0.1, foreach=False)
+    opt_d = torch.optim.SGD(dev.parameters(), lr=0.1, foreach=False)
+    for _ in range(2):
+        for model, opt, dev_name in ((cpu, opt_c, "cpu"), (dev, opt_d, "tpu")):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x.to(dev_name), tok.to(dev_name)), y.to(dev_name), label_smoothing=0.1)
+            loss.backward()
+            opt.step()
+    for (name, p_c), p_d in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(p_d.detach().cpu(), p_c.detach(), msg=lambda m: f"{name}: {m}")
