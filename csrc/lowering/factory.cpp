@@ -89,28 +89,29 @@ Value linspace(Ctx& c) {
   return c.b.convert(linspace_values(c, 0, 1, steps), c.out_type());
 }
 
+// base ** linspace: torch converts start and end to the result type, then computes the exponents and
+// the powers in double (for every result type), and rounds once at the end. One step: base ** start.
 Value logspace(Ctx& c) {
   Builder& b = c.b;
   const int64_t steps = c.i(2);
   if (steps == 0) return b.constant(0, c.out());
-  const ElementType t = c.out_type();
+  const ElementType t = c.out_type(), f64 = ElementType::kF64;
+  if (pjrt::is_complex(t)) throw hlo::Error("logspace: complex results are not supported");
   const double base = c.has(3) ? c.d(3) : 10.0;
-  if (!pjrt::is_float(t)) {
-    // integral results: exponents and powers in double
-    const ElementType st = ElementType::kF64;
-    Value start = b.convert(operand(c, 0, ElementType::kF64, {}), st);
-    Value end = b.convert(operand(c, 1, ElementType::kF64, {}), st);
-    Value i = b.convert(b.iota(Type{ElementType::kS64, {steps}}, 0), st);
-    Value e = b.broadcast_to(start, {steps});
-    if (steps > 1) {
-      Value step = b.binary("divide", b.binary("subtract", end, start), b.scalar(static_cast<double>(steps - 1), st));
-      e = b.binary("add", e, b.binary("multiply", b.broadcast_to(step, {steps}), i));
-    }
-    return b.convert(b.binary("power", b.constant(base, e.type), e), t);
-  }
-  Value e = linspace_values(c, 0, 1, steps);
-  Arith a{b, t, step_type(t)};
-  Value bv = a.r(b.constant(base, e.type));
+  Value bv = b.constant(base, Type{f64, {steps}});
+  if (steps == 1) return b.convert(b.binary("power", bv, b.broadcast_to(operand(c, 0, f64, {}), {1})), t);
+  Value st = operand(c, 0, t, {}), en = operand(c, 1, t, {});
+  Value start = b.convert(st, f64), end = b.convert(en, f64);
+  // end - start in the result type's arithmetic (half types compute in float and round)
+  ElementType at = accumulation_type(t);
+  Value diff = b.convert(b.convert(b.binary("subtract", b.convert(en, at), b.convert(st, at)), t), f64);
+  Value step = b.binary("divide", diff, b.scalar(static_cast<double>(steps - 1), f64));
+  Value i = b.iota(Type{ElementType::kS64, {steps}}, 0);
+  Value back = b.convert(b.binary("subtract", b.constant_i(steps - 1, i.type), i), f64);
+  Value sv = b.broadcast_to(step, {steps});
+  Value lo = b.binary("add", b.broadcast_to(start, {steps}), b.binary("multiply", sv, b.convert(i, f64)));
+  Value hi = b.binary("subtract", b.broadcast_to(end, {steps}), b.binary("multiply", sv, back));
+  Value e = b.select(b.compare(Cmp::LT, i, b.constant_i(steps / 2, i.type)), lo, hi);
   return b.convert(b.binary("power", bv, e), t);
 }
 

@@ -1,5 +1,5 @@
 // Indexing rows: index_select, gather, scatter and its reductions, index_add / index_copy / index_fill,
-// advanced indexing (index.Tensor, index_put), masked_scatter, and the data-movement ops built from the
+// advanced indexing (index.Tensor, index_put), take / put, masked_scatter, and the data-movement ops built from the
 // same pieces: constant_pad_nd, flip, roll, repeat, tril / triu, sort and topk.
 //
 // Index tensors may be int64 or int32; negative indices wrap as in torch (i + size). Indices that are
@@ -555,7 +555,41 @@ V topk(Ctx& c) {
   return V{b.slice(v, start, limit, ones), b.slice(i, start, limit, ones)};
 }
 
+// self.flatten()[index] (take) and its scatter (put): indices address the flattened self.
+Value take(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0), index = c.t(1);
+  const int64_t n = x.type.numel(), k = index.type.numel();
+  if (k == 0) return b.constant(0, c.out());
+  GatherDims g;
+  g.collapsed_slice_dims = {0};
+  g.start_index_map = {0};
+  g.index_vector_dim = 1;
+  Value idx = b.reshape(wrap_index(b, index, n), {k, 1});
+  return b.reshape(b.gather(b.reshape(x, {n}), idx, g, {1}, {k}), c.out_dims());
+}
+
+Value put(Ctx& c) {
+  Builder& b = c.b;
+  Value x = b.convert(c.t(0), c.out_type());
+  Value index = c.t(1), src = b.convert(c.t(2), c.out_type());
+  const bool accumulate = c.has(3) && c.i(3);
+  const int64_t n = x.type.numel(), k = index.type.numel();
+  if (k == 0 || n == 0) return x;
+  if (src.type.numel() != k) throw hlo::Error("put: source and index differ in size");
+  ScatterDims s;
+  s.inserted_window_dims = {0};
+  s.scatter_dims_to_operand_dims = {0};
+  s.index_vector_dim = 1;
+  Value idx = b.reshape(wrap_index(b, index, n), {k, 1});
+  Value r = b.scatter(b.reshape(x, {n}), idx, b.reshape(src, {k}), s,
+                      body_of(accumulate ? combiner("add", x.elem()) : ""));
+  return b.reshape(r, c.out_dims());
+}
+
 const Rows rows = {
+    {{"take", "take.out"}, [](Ctx& c) { return one(take(c)); }},
+    {{"put", "put_", "put.out"}, [](Ctx& c) { return one(put(c)); }},
     {{"index_select", "index_select.out"}, [](Ctx& c) {
        Value x = c.t(0);
        int64_t dim = dim_arg(c, 1, x);

@@ -140,6 +140,7 @@ def test_scatter_src_and_value(shape, dim, ishape, dtype):
     check(lambda x, i, s: x.clone().scatter_(dim, i, s), x, idx, src)
 
 
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 @pytest.mark.parametrize("shape,dim,ishape", SCATTER_CASES)
 def test_scatter_add(shape, dim, ishape, dtype):
@@ -270,10 +271,16 @@ def test_index_tensor_grad():
     check_grad(lambda x, i, j: x[i, :, j], make((4, 3, 4)), i, torch.tensor([0, 0, 2, 3]))
 
 
-def test_index_tensor_bool_mask_is_unsupported():
-    x = make((4, 5)).to("tpu")
-    with pytest.raises(NotImplementedError):
-        x[x > 0]
+def test_index_tensor_bool_masks_and_cpu_indices():
+    # masks become integer indices first (a device sync: the result's shape depends on the values)
+    x = make((4, 5))
+    check(lambda x: x[x > 0], x)
+    check(lambda x, m: x[m], x, torch.tensor([True, False, True, True]))
+    check(lambda x, m, i: x[i, m], x, torch.tensor([False, True, True, False, True]), torch.tensor([3, 0, 1]))
+    # index tensors on the CPU index a tpu tensor, as on other accelerators
+    xt = x.to("tpu")
+    torch.testing.assert_close(xt[torch.tensor([3, -1, 0])].cpu(), x[torch.tensor([3, -1, 0])])
+    torch.testing.assert_close(xt[:, torch.tensor([4, 0])].cpu(), x[:, torch.tensor([4, 0])])
 
 
 @pytest.mark.parametrize("accumulate", [False, True])
@@ -334,10 +341,41 @@ def test_index_put_bool_mask_scalar_value():
           torch.tensor([True, False, True, False, False]))
 
 
-def test_index_put_bool_mask_values_unsupported():
-    x = make((4, 5)).to("tpu")
-    with pytest.raises(NotImplementedError):
-        x.index_put_((x > 10,), torch.zeros(0, device="tpu"))
+def test_index_put_bool_mask_with_values():
+    x = make((4, 5))
+    mask = x > 0
+    values = make((int(mask.sum()),), seed=3)
+
+    def put(x, m, v):
+        y = x.clone()
+        y[m] = v
+        return y
+
+    check(put, x, mask, values)
+    check(lambda x, m, v: x.index_put((m,), v, accumulate=True), x, mask, values)
+    rows = torch.tensor([True, False, False, True])
+    check(put, x, rows, make((2, 5), seed=4))
+
+
+# ------------------------------------------------------------------------------------- take / put
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_take_put(dtype):
+    x = make((4, 5), dtype)
+    idx = torch.tensor([[19, 0], [-1, 7], [3, -20]])  # take and put index the flattened tensor; negatives wrap
+    check(lambda x, i: torch.take(x, i), x, idx)
+    check(lambda x, i: x.take(i), view_of(x, "transposed"), idx)
+    src = make((3, 2), dtype, seed=3)
+    unique = torch.tensor([[19, 0], [-2, 7], [3, 11]])
+    check(lambda x, i, s: x.put(i, s), x, unique, src)
+    check(lambda x, i, s: x.clone().put_(i, s), view_of(x, "sliced"), unique, src)
+    if dtype != torch.bool:
+        check(lambda x, i, s: x.put(i, s, accumulate=True), x, torch.tensor([1, 1, 5, 1, -19, 0]), src)
+
+
+def test_take_grad():
+    check_grad(lambda x, i: x.take(i), make((3, 4)), torch.tensor([0, 11, 0, 5]))
 
 
 # ---------------------------------------------------------------------------------- masked_scatter
@@ -354,9 +392,11 @@ def test_masked_scatter(dtype):
     check(lambda x, m, s: x.masked_scatter(m, s), view_of(x, "transposed"), mask, src)
 
 
-def test_masked_scatter_grad_self():
+def test_masked_scatter_grad():
     mask = make((4, 5), torch.bool, seed=3)
     check_grad(lambda x, m, s: x.masked_scatter(m, s), make((4, 5)), mask, make((20,), seed=4))
+    # the source's gradient (a masked_select of the upstream gradient, padded to the source's size)
+    check_grad(lambda s, x, m: x.masked_scatter(m, s), make((22,), seed=4), make((4, 5)), mask)
 
 
 # --------------------------------------------------------------------------------- data movement
@@ -499,17 +539,16 @@ def test_arange(args, kw):
     torch.testing.assert_close(got.cpu(), expected)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("start,end,steps", [(0, 1, 7), (-3.5, 10, 50), (5, -5, 11), (2, 2, 1), (0, 1, 0), (1, 100, 10)])
 def test_linspace_logspace(start, end, steps, dtype):
     torch.testing.assert_close(torch.linspace(start, end, steps, device="tpu", dtype=dtype).cpu(),
                                torch.linspace(start, end, steps, dtype=dtype))
-    if dtype.is_floating_point:
-        s, e = start / 10, end / 10
-        torch.testing.assert_close(torch.logspace(s, e, steps, device="tpu", dtype=dtype).cpu(),
-                                   torch.logspace(s, e, steps, dtype=dtype))
-        torch.testing.assert_close(torch.logspace(s, e, steps, base=2.0, device="tpu", dtype=dtype).cpu(),
-                                   torch.logspace(s, e, steps, base=2.0, dtype=dtype))
+    s, e = start / 10, end / 10  # (10 ** 10 overflows float16: inf on both sides)
+    torch.testing.assert_close(torch.logspace(s, e, steps, device="tpu", dtype=dtype).cpu(),
+                               torch.logspace(s, e, steps, dtype=dtype))
+    torch.testing.assert_close(torch.logspace(s, e, steps, base=2.0, device="tpu", dtype=dtype).cpu(),
+                               torch.logspace(s, e, steps, base=2.0, dtype=dtype))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
