@@ -136,9 +136,21 @@ c10::List<std::optional<at::Tensor>> expand_masks(const c10::List<std::optional<
 }
 
 // The kernel of an indexing overload whose argument 1 is `Tensor?[] indices`: masks expanded, then the row.
+// `x[mask] = value` with one mask and a one-element value is a select in the row: no sync needed.
+bool single_mask_fill(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t n) {
+  if (op.schema().name() == "aten::index") return false;
+  auto indices = stack[stack.size() - n + 1].toOptionalTensorList();
+  if (indices.size() != 1) return false;
+  std::optional<at::Tensor> mask = indices.get(0);
+  const at::Tensor& values = stack[stack.size() - n + 2].toTensor();
+  return mask.has_value() && mask->scalar_type() == at::kBool && mask->device() == values.device() &&
+         values.numel() == 1;
+}
+
 template <const char* kOverload>
 void with_expanded_masks(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
+  if (single_mask_fill(op, *stack, n)) return call_row(kOverload, stack);
   c10::IValue& indices = (*stack)[stack->size() - n + 1];
   bool any = false;
   auto expanded = expand_masks(indices.toOptionalTensorList(), (*stack)[stack->size() - n].toTensor().device(), &any);

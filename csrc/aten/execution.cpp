@@ -59,6 +59,12 @@ std::mutex pending_mu;
 std::shared_ptr<const DeferredError> pending[pjrt::Buffer::kMaxDevices];
 
 void raise_deferred(const DeferredError& e) {
+  {
+    // reported now: the next synchronize need not report it again
+    std::lock_guard<std::mutex> lock(pending_mu);
+    for (auto& slot : pending)
+      if (slot.get() == &e) slot.reset();
+  }
   TORCH_CHECK_WITH(OutOfMemoryError, !e.out_of_memory, "tpu: out of memory in ", e.op,
                    " (an earlier asynchronous op; reported at this sync point): ", e.message);
   TORCH_CHECK(false, "tpu: ", e.op, " failed (an earlier asynchronous op; reported at this sync point): ", e.message);

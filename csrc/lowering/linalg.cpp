@@ -9,21 +9,24 @@ using hlo::Cmp;
 
 V one(Value v) { return V{v}; }
 
+// The product in the accumulation type (f32 for half types); rows round once, at the end.
 Value dot(Builder& b, Value x, Value y, const Dims& lb, const Dims& rb, const Dims& lc, const Dims& rc, ElementType out) {
   ElementType acc = accumulation_type(out);
   x = b.convert(x, out);
   y = b.convert(y, out);
-  return b.convert(b.dot_general(x, y, lb, rb, lc, rc, acc), out);
+  return b.dot_general(x, y, lb, rb, lc, rc, acc);
 }
 
 Value mm(Ctx& c, size_t a, size_t m) { return dot(c.b, c.t(a), c.t(m), {}, {}, {1}, {0}, c.out_type()); }
 Value bmm(Ctx& c, size_t a, size_t m) { return dot(c.b, c.t(a), c.t(m), {0}, {0}, {2}, {1}, c.out_type()); }
 
 // beta * self + alpha * product; beta == 0 ignores self entirely (NaN included), as torch does.
+// Computed in the product's (accumulation) type.
 Value scaled_sum(Ctx& c, Value product, size_t self, size_t beta, size_t alpha) {
-  Value p = c.b.binary("multiply", product, operand(c, alpha));
-  Value s = operand(c, self);
-  Value bv = operand(c, beta);
+  ElementType t = product.elem();
+  Value p = c.b.binary("multiply", product, operand(c, alpha, t, product.dims()));
+  Value s = operand(c, self, t, product.dims());
+  Value bv = operand(c, beta, t, product.dims());
   Value term = c.b.select(c.b.compare(Cmp::EQ, bv, like(c.b, 0, bv)), like(c.b, 0, s), c.b.binary("multiply", bv, s));
   return c.b.binary("add", term, p);
 }
@@ -34,9 +37,8 @@ const Rows rows = {
     {{"addmm", "addmm_", "addmm.out"}, [](Ctx& c) { return one(scaled_sum(c, mm(c, 1, 2), 0, 3, 4)); }},
     {{"baddbmm", "baddbmm_", "baddbmm.out"}, [](Ctx& c) { return one(scaled_sum(c, bmm(c, 1, 2), 0, 3, 4)); }},
     {{"addbmm", "addbmm_", "addbmm.out"}, [](Ctx& c) {
-       Value p = dot(c.b, c.t(1), c.t(2), {0}, {0}, {2}, {1}, c.out_type());
-       p = reduce_sum(c.b, c.b.convert(p, accumulation_type(c.out_type())), {0});
-       return one(scaled_sum(c, c.b.convert(p, c.out_type()), 0, 3, 4));
+       Value p = reduce_sum(c.b, dot(c.b, c.t(1), c.t(2), {0}, {0}, {2}, {1}, c.out_type()), {0});
+       return one(scaled_sum(c, p, 0, 3, 4));
      }},
     {{"mv", "mv.out"}, [](Ctx& c) { return one(dot(c.b, c.t(0), c.t(1), {}, {}, {1}, {0}, c.out_type())); }},
     {{"addmv", "addmv_", "addmv.out"}, [](Ctx& c) {
