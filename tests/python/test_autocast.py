@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 BF16 = torch.bfloat16
+BF16_TOL = dict(zip(("rtol", "atol"), torch.testing._comparison.default_tolerances(BF16)))
 
 
 def test_cast_policies():
@@ -48,7 +49,7 @@ def test_training_step_under_autocast():
     assert tpu_loss.dtype == torch.float32
     # the loss averages bfloat16 log-probabilities: it carries bfloat16's precision (CPU's bfloat16
     # log_softmax and ours may round an element differently by one unit)
-    torch.testing.assert_close(tpu_loss.cpu(), loss, **torch.testing._comparison.default_tolerances(BF16))
+    torch.testing.assert_close(tpu_loss.cpu(), loss, **BF16_TOL)
     for p, q in zip(tpu_model.parameters(), model.parameters()):
         # gradients flow through bfloat16 activations on both sides: bfloat16's tolerance
-        torch.testing.assert_close(p.grad.cpu(), q.grad, **torch.testing._comparison.default_tolerances(BF16))
+        torch.testing.assert_close(p.grad.cpu(), q.grad, **BF16_TOL)
