@@ -363,6 +363,12 @@ class TableKernel final : public c10::OperatorKernel {
     } catch (const pjrt::Error& e) {
       entry->fallback = true;
       entry->fallback_reason = std::string("compile failed: ") + e.what();
+    } catch (const c10::Error&) {
+      throw;  // bad input, found by shape inference: the same error the CPU raises
+    } catch (const std::exception& e) {
+      // a Python meta kernel that cannot infer this case; the CPU decides (and raises for bad input)
+      entry->fallback = true;
+      entry->fallback_reason = std::string("shape inference failed: ") + e.what();
     }
     if (*restart) return nullptr;
     metrics().cache_misses.fetch_add(1, std::memory_order_relaxed);
