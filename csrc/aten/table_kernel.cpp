@@ -313,6 +313,10 @@ class TableKernel final : public c10::OperatorKernel {
           break;
         }
         case Kind::kDouble: {
+          if (row_->flags & lowering::kRuntimeFloats) {
+            key.push_back(kScalarTag);
+            break;
+          }
           double d = v.toDouble();
           int64_t bits;
           std::memcpy(&bits, &d, sizeof bits);
@@ -586,6 +590,12 @@ class TableKernel final : public c10::OperatorKernel {
           break;
         }
         case Kind::kDouble:
+          if (row_->flags & lowering::kRuntimeFloats) {
+            a.kind = Arg::kScalar;
+            a.scalar_type = ElementType::kF64;
+            a.value = add_input(ElementType::kF64, {Source::kScalarArg, static_cast<int>(i), 0, ElementType::kInvalid});
+            break;
+          }
           a.kind = Arg::kDouble;
           a.d = v.toDouble();
           break;

@@ -108,6 +108,59 @@ Value norm(Ctx& c) {
   return c.b.reshape(r, c.out_dims());
 }
 
+// _fused_adamw(self[], grads[], exp_avgs[], exp_avg_sqs[], max_exp_avg_sqs[], state_steps[], lr, beta1,
+// beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)
+//   -> (self_out[], grads_out[], exp_avgs_out[], exp_avg_sqs_out[], max_exp_avg_sqs_out[])
+// torch.optim increments state_steps before calling it. The float hyper-parameters are run-time inputs.
+V fused_adam(Ctx& c, bool decoupled) {
+  Builder& b = c.b;
+  if (c.has(13) || c.has(14)) throw hlo::Error("_fused_adam: grad_scale/found_inf are not lowered");
+  const auto& params = c.arg(0).list;
+  const size_t n = params.size();
+  const bool amsgrad = c.i(11), maximize = c.i(12);
+  V p_out, g_out, m_out, v_out, vmax_out;
+  for (size_t i = 0; i < n; ++i) {
+    ElementType t = accumulation_type(params[i].elem());
+    auto f = [&](size_t k) { return b.convert(c.t(k), t); };  // a run-time float hyper-parameter
+    auto bc = [&](const Value& v) { return b.broadcast_to(v, params[i].dims()); };
+    Value p = b.convert(params[i], t), g = b.convert(c.arg(1).list[i], t);
+    Value m = b.convert(c.arg(2).list[i], t), v = b.convert(c.arg(3).list[i], t);
+    Value step = b.reshape(b.convert(c.arg(5).list[i], t), {});
+    Value lr = f(6), beta1 = f(7), beta2 = f(8), wd = f(9), eps = f(10);
+    Value one = b.scalar(1, t);
+    if (maximize) g = b.unary("negate", g);
+    if (decoupled) {
+      p = b.binary("multiply", p, bc(b.binary("subtract", one, b.binary("multiply", lr, wd))));
+    } else {
+      g = b.binary("add", g, b.binary("multiply", p, bc(wd)));
+    }
+    m = b.binary("add", m, b.binary("multiply", bc(b.binary("subtract", one, beta1)), b.binary("subtract", g, m)));
+    v = b.binary("add", b.binary("multiply", bc(beta2), v),
+                 b.binary("multiply", bc(b.binary("subtract", one, beta2)), b.binary("multiply", g, g)));
+    Value bias1 = b.binary("subtract", one, b.binary("power", beta1, step));
+    Value bias2 = b.binary("subtract", one, b.binary("power", beta2, step));
+    Value second = v;
+    if (amsgrad) {
+      Value vmax = b.binary("maximum", b.convert(c.arg(4).list[i], t), v);
+      vmax_out.push_back(vmax);
+      second = vmax;
+    }
+    Value denom = b.binary("add", b.binary("divide", b.unary("sqrt", second), bc(b.unary("sqrt", bias2))), bc(eps));
+    Value step_size = b.binary("divide", lr, bias1);
+    p = b.binary("subtract", p, b.binary("multiply", bc(step_size), b.binary("divide", m, denom)));
+    p_out.push_back(p);
+    g_out.push_back(b.convert(c.arg(1).list[i], t));
+    m_out.push_back(m);
+    v_out.push_back(v);
+  }
+  V out = p_out;
+  for (auto* part : {&g_out, &m_out, &v_out, &vmax_out}) out.insert(out.end(), part->begin(), part->end());
+  if (!amsgrad) {  // max_exp_avg_sqs may be an empty list, or unchanged entries
+    for (size_t i = 0; i < c.arg(4).list.size(); ++i) out.push_back(c.arg(4).list[i]);
+  }
+  return out;
+}
+
 // Rows for a binary op in its Scalar, List, ScalarList (and optionally Tensor) forms.
 #define BINARY_ROWS(NAME, FN)                                                                                      \
   {{"_foreach_" NAME ".Scalar", "_foreach_" NAME "_.Scalar", "_foreach_" NAME ".Scalar_out"}, each<FN>},             \
@@ -147,6 +200,8 @@ const Rows rows = {
     UNARY_ROW("zero", zero),
     {{"_foreach_copy", "_foreach_copy_", "_foreach_copy.out"}, each<copy>},
     {{"_foreach_norm.Scalar", "_foreach_norm.Scalar_out"}, each<norm>, kBakeScalars},
+    {{"_fused_adamw", "_fused_adamw_"}, [](Ctx& c) { return fused_adam(c, true); }, kRuntimeFloats},
+    {{"_fused_adam", "_fused_adam_"}, [](Ctx& c) { return fused_adam(c, false); }, kRuntimeFloats},
 };
 
 }  // namespace

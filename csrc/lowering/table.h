@@ -65,7 +65,7 @@ enum RowFlags : unsigned {
   kNoFlags = 0,
   kRandom = 1,         // consumes the device generator: ctx.rng_state is set, ctx.new_rng_state returned
   kBakeScalars = 2,    // Scalar arguments are program constants (they decide shapes, e.g. arange)
-  kListOutputs = 4,    // returns Tensor[] (foreach ops)
+  kRuntimeFloats = 4,  // float arguments are run-time inputs too (an optimizer's lr changes every step)
 };
 
 struct Row {

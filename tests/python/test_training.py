@@ -67,6 +67,9 @@ def train(model, batches, device, opt_name="adamw"):
     model = model.to(device)
     if opt_name == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    elif opt_name == "adamw-fused":
+        # the CPU reference uses foreach: fused and foreach compute the same update
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=(device == "tpu"))
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
@@ -84,6 +87,7 @@ def train(model, batches, device, opt_name="adamw"):
 @pytest.mark.parametrize("kind,factory,opt_name", [
     ("mlp", MLP, "adamw"),
     ("mlp", MLP, "sgd"),
+    ("mlp", MLP, "adamw-fused"),
     ("cnn", SmallCNN, "adamw"),
     ("transformer", SmallTransformer, "adamw"),
 ])
@@ -125,3 +129,24 @@ def test_memory_returns_to_baseline_over_1000_steps():
     assert after["live_buffers"] == base["live_buffers"]
     assert after["live_bytes"] == base["live_bytes"]
     assert after["compiles"] == base["compiles"], "steady-state steps must not compile new programs"
+
+
+def test_changing_learning_rate_compiles_nothing_new():
+    """Python numbers (lr, Adam's bias corrections, alpha) reach programs as run-time inputs."""
+    torch.manual_seed(0)
+    for fused in (False, True):
+        model = MLP().to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused)
+        sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+        x, y = torch.randn(8, 16).to("tpu"), torch.randint(0, 4, (8,)).to("tpu")
+        for i in range(8):
+            if i == 3:
+                torch.tpu.synchronize()
+                compiles = torch_pjrt.metrics()["compiles"] + torch_pjrt.metrics()["disk_cache_hits"]
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+        after = torch_pjrt.metrics()["compiles"] + torch_pjrt.metrics()["disk_cache_hits"]
+        assert after == compiles, f"fused={fused}: {after - compiles} new programs while only lr changed"
