@@ -73,7 +73,8 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   at::assert_no_internal_overlap(self);
   if (is_tpu(self) && is_tpu(src)) {
     if (self.is_alias_of(src) && self.storage_offset() == src.storage_offset() && self.sizes() == src.sizes() &&
-        self.strides() == src.strides() && self.scalar_type() == src.scalar_type()) {
+        self.strides() == src.strides() && self.scalar_type() == src.scalar_type() &&
+        self.is_conj() == src.is_conj() && self.is_neg() == src.is_neg()) {
       return self;
     }
     at::assert_no_partial_overlap(self, src);

@@ -30,7 +30,8 @@ pjrt::BufferPtr dense_buffer(const at::Tensor& t) {
   if (!h.buffer) return nullptr;
   lowering::BaseForm form = base_form(t.storage());
   lowering::ViewForm view = view_form(t);
-  if (form.elem == view.elem && view.offset == 0 && view.contiguous() && view.numel() == h.buffer->numel()) {
+  if (form.elem == view.elem && view.offset == 0 && view.contiguous() && view.numel() == h.buffer->numel() &&
+      !view.conj && !view.neg) {
     return h.buffer;  // same bytes in the same order; dims do not matter to a download
   }
   return run_program("materialize_view", h.device, {h.buffer.get()},

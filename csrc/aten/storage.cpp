@@ -122,6 +122,8 @@ lowering::ViewForm view_form(const at::Tensor& t) {
   v.sizes.assign(t.sizes().begin(), t.sizes().end());
   v.strides.assign(t.strides().begin(), t.strides().end());
   v.offset = t.storage_offset();
+  v.conj = t.is_conj();
+  v.neg = t.is_neg();
   return v;
 }
 

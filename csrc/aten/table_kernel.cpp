@@ -237,6 +237,7 @@ class TableKernel final : public c10::OperatorKernel {
     for (int64_t d : t.sizes()) key.push_back(d);
     for (int64_t s : t.strides()) key.push_back(s);
     key.push_back(t.storage_offset());
+    key.push_back((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0));
     c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
     int slot = -1;
     for (size_t i = 0; i < call.slots.size(); ++i)

@@ -205,16 +205,6 @@ const Rows rows = {
     {{"isinf"}, [](Ctx& c) { return one(is_inf(c.b, c.t(0), 0)); }},
     {{"isposinf", "isposinf.out"}, [](Ctx& c) { return one(is_inf(c.b, c.t(0), 1)); }},
     {{"isneginf", "isneginf.out"}, [](Ctx& c) { return one(is_inf(c.b, c.t(0), -1)); }},
-    {{"signbit", "signbit.out"}, [](Ctx& c) {
-       Value x = c.t(0);
-       if (pjrt::is_unsigned_int(x.elem()) || x.elem() == ElementType::kPred) return one(c.b.constant(0, c.out()));
-       if (!pjrt::is_float(x.elem())) return one(c.b.compare(Cmp::LT, x, like(c.b, 0, x)));
-       // the sign bit itself, so that -0.0 and -NaN count as negative
-       ElementType bits = x.elem() == ElementType::kF64 ? ElementType::kS64
-                          : x.elem() == ElementType::kF32 ? ElementType::kS32 : ElementType::kS16;
-       Value i = c.b.bitcast_convert(x, Type{bits, x.dims()});
-       return one(c.b.compare(Cmp::LT, i, like(c.b, 0, i)));
-     }},
     {{"isfinite"}, [](Ctx& c) {
        Value x = c.t(0);
        if (!pjrt::is_float(x.elem())) return one(c.b.constant(1, c.out()));

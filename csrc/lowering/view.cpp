@@ -122,6 +122,18 @@ Value sliced_view(Builder& b, Value flat, const ViewForm& v) {
   return b.broadcast_in_dim(core, v.sizes, bdims);
 }
 
+// The lazy conj/neg bits of a view (both are their own inverse, so reads and writes share this).
+Value apply_bits(Builder& b, Value v, const ViewForm& view) {
+  if (view.neg) v = b.unary("negate", v);
+  if (view.conj && pjrt::is_complex(v.elem())) {
+    ElementType part = pjrt::real_type(v.elem());
+    v = b.complex(b.unary_to("real", v, part), b.unary("negate", b.unary_to("imag", v, part)));
+  }
+  return v;
+}
+
+Value read_plain(Builder& b, const Value& base, const BaseForm& form, const ViewForm& view);
+
 }  // namespace
 
 int64_t ViewForm::numel() const { return product(sizes); }
@@ -142,6 +154,12 @@ bool covers_storage(const BaseForm& base, const ViewForm& view) {
 }
 
 Value read_view(Builder& b, const Value& base, const BaseForm& form, const ViewForm& view) {
+  return apply_bits(b, read_plain(b, base, form, view), view);
+}
+
+namespace {
+
+Value read_plain(Builder& b, const Value& base, const BaseForm& form, const ViewForm& view) {
   Type out{view.elem, view.sizes};
   if (view.numel() == 0) return b.constant(0, out);
   if (!form.present) return b.constant(0, out);
@@ -155,8 +173,11 @@ Value read_view(Builder& b, const Value& base, const BaseForm& form, const ViewF
   return gather_view(b, flat, view);
 }
 
+}  // namespace
+
 Value write_view(Builder& b, const Value& base, const BaseForm& form, const ViewForm& view, Value update,
                  BaseForm* new_form) {
+  update = apply_bits(b, update, view);
   if (covers_storage(form, view)) {
     *new_form = BaseForm{true, view.elem, view.sizes, form.nbytes};
     return update;

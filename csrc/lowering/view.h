@@ -18,6 +18,9 @@ struct ViewForm {
   Dims sizes;
   Dims strides;  // in elements of `elem`
   int64_t offset = 0;
+  // torch's lazy conjugate and negative views: the storage holds the plain values, reads apply these.
+  bool conj = false;
+  bool neg = false;
   int64_t numel() const;
   bool contiguous() const;  // row-major dense (size-1 dims may have any stride)
 };

@@ -358,6 +358,19 @@ def case_inplace_view_grad(dev):
     return [x.grad, y.detach()]
 
 
+def case_conj_view_reads_and_writes(dev):
+    z = torch.complex(base(dev, 4), -base(dev, 4) * 0.5)
+    c = z.conj()
+    c[1:3].mul_(2j)  # writes through the lazy conjugate
+    return [c.resolve_conj(), z, (c * 1).resolve_conj(), z.conj().clone().resolve_conj()]
+
+
+def case_neg_view(dev):
+    z = torch.complex(base(dev, 3), base(dev, 3))
+    n = torch._neg_view(z)
+    return [n.resolve_neg(), (n + 1).resolve_neg()]
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
@@ -389,3 +402,4 @@ def test_case(name):
 
 def test_at_least_forty_cases():
     assert len(CASES) >= 40
+
