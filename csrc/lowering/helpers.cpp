@@ -1,5 +1,8 @@
 #include "lowering/helpers.h"
 
+#include <cmath>
+#include <limits>
+
 namespace lowering {
 namespace {
 
@@ -134,6 +137,22 @@ Value reduce(Builder& b, Value x, const Dims& dims, const char* combiner, Value 
   return b.reduce({x}, {init}, dims, [op](Builder& bb, const std::vector<Value>& v) {
     return std::vector<Value>{bb.binary(op.c_str(), v[0], v[1])};
   })[0];
+}
+
+Value lowest(Builder& b, ElementType t) {
+  if (is_float(t)) return b.scalar(-INFINITY, t);
+  if (t == ElementType::kPred) return b.scalar(0, t);
+  if (pjrt::is_unsigned_int(t)) return b.scalar_i(0, t);
+  int64_t bits = static_cast<int64_t>(pjrt::byte_size(t)) * 8;
+  return b.scalar_i(bits == 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (bits - 1)), t);
+}
+
+Value highest(Builder& b, ElementType t) {
+  if (is_float(t)) return b.scalar(INFINITY, t);
+  if (t == ElementType::kPred) return b.scalar(1, t);
+  int64_t bits = static_cast<int64_t>(pjrt::byte_size(t)) * 8;
+  if (pjrt::is_unsigned_int(t)) return b.scalar_i(bits == 64 ? -1 : (int64_t{1} << bits) - 1, t);
+  return b.scalar_i(bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1, t);
 }
 
 Value reduce_sum(Builder& b, Value x, const Dims& dims) {

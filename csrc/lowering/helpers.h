@@ -33,6 +33,10 @@ Value unary_op(Ctx& c, const char* op, size_t a = 0);  // float ops on ints comp
 Value reduce(Builder& b, Value x, const Dims& dims, const char* combiner, Value init);
 Value reduce_sum(Builder& b, Value x, const Dims& dims);
 
+// The identity of max (lowest value: -inf for floats) and of min (highest value), as 0-d constants.
+Value lowest(Builder& b, ElementType t);
+Value highest(Builder& b, ElementType t);
+
 // A scalar constant of the type of `like`.
 inline Value like(Builder& b, double v, const Value& like) { return b.constant(v, like.type); }
 inline Value scalar_like(Builder& b, double v, const Value& like) { return b.constant(v, Type{like.elem(), {}}); }

@@ -44,22 +44,6 @@ Value wrap_index(Builder& b, Value idx, int64_t size) {
   return b.select(b.compare(Cmp::LT, idx, zero), b.binary("add", idx, b.constant_i(size, idx.type)), idx);
 }
 
-Value lowest(Builder& b, ElementType t) {
-  if (pjrt::is_float(t)) return b.scalar(-INFINITY, t);
-  if (t == ElementType::kPred) return b.scalar(0, t);
-  if (pjrt::is_unsigned_int(t)) return b.scalar_i(0, t);
-  int64_t bits = static_cast<int64_t>(pjrt::byte_size(t)) * 8;
-  return b.scalar_i(bits == 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (bits - 1)), t);
-}
-
-Value highest(Builder& b, ElementType t) {
-  if (pjrt::is_float(t)) return b.scalar(INFINITY, t);
-  if (t == ElementType::kPred) return b.scalar(1, t);
-  int64_t bits = static_cast<int64_t>(pjrt::byte_size(t)) * 8;
-  if (pjrt::is_unsigned_int(t)) return b.scalar_i(bits == 64 ? -1 : (int64_t{1} << bits) - 1, t);
-  return b.scalar_i(bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1, t);
-}
-
 // The scatter combiner for a reduction name; "" replaces.
 std::string combiner(const std::string& reduce, ElementType t) {
   bool pred = t == ElementType::kPred;

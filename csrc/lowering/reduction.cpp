@@ -14,22 +14,6 @@ using hlo::Cmp;
 
 V one(Value v) { return V{v}; }
 
-Value lowest(Builder& b, ElementType t) {
-  if (pjrt::is_float(t)) return b.scalar(-INFINITY, t);
-  if (t == ElementType::kPred) return b.scalar(0, t);
-  if (pjrt::is_unsigned_int(t)) return b.scalar_i(0, t);
-  int64_t bits = static_cast<int64_t>(pjrt::byte_size(t)) * 8;
-  return b.scalar_i(bits == 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (bits - 1)), t);
-}
-
-Value highest(Builder& b, ElementType t) {
-  if (pjrt::is_float(t)) return b.scalar(INFINITY, t);
-  if (t == ElementType::kPred) return b.scalar(1, t);
-  int64_t bits = static_cast<int64_t>(pjrt::byte_size(t)) * 8;
-  if (pjrt::is_unsigned_int(t)) return b.scalar_i(bits == 64 ? -1 : (int64_t{1} << bits) - 1, t);
-  return b.scalar_i(bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1, t);
-}
-
 // The input converted to the accumulation type of the output.
 Value acc_input(Ctx& c, size_t k = 0) { return c.b.convert(c.t(k), accumulation_type(c.out_type())); }
 
