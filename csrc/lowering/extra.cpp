@@ -1,7 +1,7 @@
 // Odds and ends not covered by the category files: binary special functions (hypot, copysign, nextafter,
 // heaviside, logaddexp, xlogy, fmax/fmin, ...), unary ones (sinc, logit, signbit, angle, frexp, entr,
 // polygamma, zeta, ...), reductions (nansum, aminmax, norm, trace, median, kthvalue), scans (cummax,
-// cummin, logcumsumexp), searches (bucketize, searchsorted, isin), distances (cdist, pdist), cross
+// cummin), searches (bucketize, searchsorted, isin), distances (cdist, pdist), cross
 // products, renorm and the FFTs. Each follows the formula of torch's CPU kernel (special cases
 // included) so results agree to rounding; half-precision inputs compute in float32 as those kernels do.
 #include <cmath>
@@ -136,6 +136,7 @@ Value hypot(Ctx& c) {
     Value q = div(b, n, m);
     r = mul(b, m, b.unary("sqrt", add(b, k(b, 1, q), mul(b, q, q))));
     r = b.select(b.compare(Cmp::EQ, m, k(b, 0, m)), k(b, 0, m), r);
+    r = b.select(orv(b, isnan(b, x), isnan(b, y)), k(b, NAN, r), r);  // maximum may drop NaN
   }
   Value inf = orv(b, is_inf(b, x), is_inf(b, y));
   return b.select(inf, k(b, INFINITY, r), r);
@@ -332,14 +333,21 @@ V aminmax(Ctx& c) {
   const bool pred = x.elem() == ElementType::kPred;
   Value mn = reduce(b, x, dims, pred ? "and" : "minimum", highest(b, x.elem()));
   Value mx = reduce(b, x, dims, pred ? "or" : "maximum", lowest(b, x.elem()));
+  if (pjrt::is_float(x.elem())) {  // XLA's minimum/maximum may drop NaN: propagate it explicitly
+    Value any_nan = reduce(b, isnan(b, x), dims, "or", b.scalar(0, ElementType::kPred));
+    mn = b.select(any_nan, b.constant(NAN, mn.type), mn);
+    mx = b.select(any_nan, b.constant(NAN, mx.type), mx);
+  }
   return V{b.reshape(mn, c.out_dims(0)), b.reshape(mx, c.out_dims(1))};
 }
 
 // The p-norm of |x| over dims (x already real, in the accumulation type).
 Value pnorm(Builder& b, Value a, const Dims& dims, double p) {
   if (std::isinf(p)) {
-    return p > 0 ? reduce(b, a, dims, "maximum", b.scalar(-INFINITY, a.elem()))
-                 : reduce(b, a, dims, "minimum", b.scalar(INFINITY, a.elem()));
+    Value r = p > 0 ? reduce(b, a, dims, "maximum", b.scalar(-INFINITY, a.elem()))
+                    : reduce(b, a, dims, "minimum", b.scalar(INFINITY, a.elem()));
+    Value any_nan = reduce(b, isnan(b, a), dims, "or", b.scalar(0, ElementType::kPred));
+    return b.select(any_nan, b.constant(NAN, r.type), r);  // XLA's maximum may drop NaN
   }
   if (p == 0) return reduce_sum(b, b.convert(b.compare(Cmp::NE, a, k(b, 0, a)), a.elem()), dims);
   if (p == 1) return reduce_sum(b, a, dims);
@@ -462,27 +470,6 @@ V cum_extremum(Ctx& c, bool is_max) {
   return V{r.first, r.second};
 }
 
-// logcumsumexp: a scan of torch's _log_add_exp_helper.
-Value logcumsumexp(Ctx& c) {
-  Builder& b = c.b;
-  Value x = c.b.convert(c.t(0), compute_type(c.out_type()));
-  if (!pjrt::is_float(x.elem())) throw hlo::Error("logcumsumexp: floating-point only");
-  if (x.rank() == 0) return x;
-  int64_t dim = wrap_dim(c.i(1), x.rank());
-  const int64_t n = x.dims()[dim];
-  Dims zeros(x.rank(), 0), step(x.rank(), 1);
-  for (int64_t shift = 1; shift < n; shift *= 2) {
-    Dims low = zeros, limit = x.dims();
-    low[dim] = shift;
-    Value a = b.slice(b.pad(x, b.scalar(-INFINITY, x.elem()), low, zeros, zeros), zeros, limit, step);
-    Value mn = b.binary("minimum", a, x), mx = b.binary("maximum", a, x);
-    Value r = add(b, mx, b.unary("log_plus_one", b.unary("exponential", sub(b, mn, mx))));
-    Value general = orv(b, b.compare(Cmp::NE, mn, mx), is_finite(b, mn));
-    x = b.select(general, r, a);
-  }
-  return x;
-}
-
 // ---------------------------------------------------------------------------- order statistics
 // (values, indices) sorted ascending along dim, stably, NaN last.
 std::pair<Value, Value> sort_nan_last(Builder& b, Value x, int64_t dim) {
@@ -499,9 +486,8 @@ std::pair<Value, Value> sort_nan_last(Builder& b, Value x, int64_t dim) {
 // The element at position pos (s64, one per row: x's dims without `dim`) along dim.
 Value pick(Builder& b, Value x, int64_t dim, Value pos) {
   Value at = b.compare(Cmp::EQ, b.iota(Type{ElementType::kS64, x.dims()}, dim), bcast_kept(b, pos, x.dims(), {dim}));
-  const bool idx = pjrt::is_integral(x.elem());
-  Value fill = idx ? lowest(b, x.elem()) : b.scalar(-INFINITY, x.elem());
-  return reduce(b, b.select(at, x, b.broadcast_to(fill, x.dims())), {dim}, "maximum", fill);
+  // a sum of one element and zeros: exact, and it keeps NaN (XLA's maximum may not)
+  return reduce_sum(b, b.select(at, x, b.constant(0, x.type)), {dim});
 }
 
 V kthvalue(Ctx& c) {
@@ -599,9 +585,9 @@ Value searchsorted(Ctx& c) {
   Value seq = c.t(0);
   bool right = c.has(3) && c.i(3);
   if (c.has(4)) right = c.arg(4).s == "right";
-  if (c.has(5)) seq = take_last(b, seq, c.t(5));
   Value v = c.arg(1).kind == Arg::kTensor ? c.t(1) : operand(c, 1, seq.elem(), {});
   if (seq.dims().back() == 0 || numel(c.out_dims()) == 0) return b.constant_i(0, c.out());
+  if (c.has(5)) seq = take_last(b, seq, c.t(5));
   return b.reshape(search(b, seq, v, right, c.out_type()), c.out_dims());
 }
 
@@ -681,6 +667,59 @@ Value cdist(Ctx& c) {
   return pnorm(b, diff, {r}, p);
 }
 
+// _cdist_backward(grad [.., P, R], x1 [.., P, M], x2 [.., R, M], p, cdist [.., P, R]) -> grad of x1:
+// sum over r of grad * d|x1 - x2|_p / dx1, zero where the distance is zero.
+Value cdist_backward(Ctx& c) {
+  Builder& b = c.b;
+  ElementType t = compute_type(c.out_type());
+  if (!pjrt::is_float(t)) throw hlo::Error("cdist_backward: floating-point only");
+  const Dims& od = c.out_dims();  // x1's shape, batch-broadcast
+  const int64_t r = static_cast<int64_t>(od.size());
+  Value g = b.convert(c.t(0), t), x1 = b.convert(c.t(1), t), x2 = b.convert(c.t(2), t), dist = b.convert(c.t(4), t);
+  const int64_t P = od[r - 2], M = od[r - 1], R = g.dims().back();
+  if (numel(od) == 0) return b.constant(0, Type{t, od});
+  Dims batch(od.begin(), od.end() - 2);
+  Dims d2 = batch, dg = batch;
+  d2.insert(d2.end(), {R, M});
+  dg.insert(dg.end(), {P, R});
+  x1 = b.broadcast_to(x1, od);
+  x2 = b.broadcast_to(x2, d2);
+  g = b.broadcast_to(g, dg);
+  dist = b.broadcast_to(dist, dg);
+  if (R == 0) return b.constant(0, Type{t, od});
+  Dims cd = batch;
+  cd.insert(cd.end(), {P, R, M});
+  Dims bd = iota_dims(0, r - 2), m1 = bd, m2 = bd, mg = bd;
+  m1.insert(m1.end(), {r - 2, r});
+  m2.insert(m2.end(), {r - 1, r});
+  mg.insert(mg.end(), {r - 2, r - 1});
+  Value diff = sub(b, b.broadcast_in_dim(x1, cd, m1), b.broadcast_in_dim(x2, cd, m2));
+  Value gb = b.broadcast_in_dim(g, cd, mg), db = b.broadcast_in_dim(dist, cd, mg);
+  double p = c.d(3);
+  Value zero = k(b, 0, diff);
+  Value sgn = b.unary("sign", diff);
+  Value term;
+  if (p == 0) {
+    return b.constant(0, Type{t, od});
+  } else if (p == 1) {
+    term = mul(b, sgn, gb);
+  } else if (std::isinf(p)) {
+    Value at_max = b.compare(Cmp::EQ, b.unary("abs", diff), db);
+    term = b.select(at_max, mul(b, sgn, gb), zero);
+  } else if (p == 2) {
+    term = div(b, mul(b, diff, gb), db);
+  } else if (p < 2) {
+    Value pm1 = k(b, p - 1, diff);
+    term = div(b, mul(b, mul(b, sgn, b.binary("power", b.unary("abs", diff), pm1)), gb), b.binary("power", db, pm1));
+    if (p < 1) term = b.select(b.compare(Cmp::EQ, diff, zero), zero, term);
+  } else {
+    term = div(b, mul(b, mul(b, diff, b.binary("power", b.unary("abs", diff), k(b, p - 2, diff))), gb),
+               b.binary("power", db, k(b, p - 1, diff)));
+  }
+  term = b.select(b.compare(Cmp::EQ, db, zero), zero, term);
+  return reduce_sum(b, term, {r - 1});
+}
+
 // _pdist_forward(self [N, M], p): distances of the pairs i < j, row-major.
 Value pdist(Ctx& c) {
   Builder& b = c.b;
@@ -700,6 +739,56 @@ Value pdist(Ctx& c) {
   Value a = b.gather(x, b.reshape(const_i64(b, is), {K, 1}), g, {1, M}, {K, M});
   Value bb = b.gather(x, b.reshape(const_i64(b, js), {K, 1}), g, {1, M}, {K, M});
   return pnorm(b, b.unary("abs", sub(b, a, bb)), {1}, c.d(1));
+}
+
+// d|a - b|_p / da for diff = a - b and the pair's distance (torch's cdist/pdist backward terms).
+Value pnorm_grad(Builder& b, Value diff, Value dist, Value g, double p) {
+  Value zero = k(b, 0, diff);
+  Value sgn = b.unary("sign", diff);
+  Value term;
+  if (p == 0) return zero;
+  if (p == 1) {
+    term = mul(b, sgn, g);
+  } else if (std::isinf(p)) {
+    term = b.select(b.compare(Cmp::EQ, b.unary("abs", diff), dist), mul(b, sgn, g), zero);
+  } else if (p == 2) {
+    term = div(b, mul(b, diff, g), dist);
+  } else if (p < 2) {
+    Value pm1 = k(b, p - 1, diff);
+    term = div(b, mul(b, mul(b, sgn, b.binary("power", b.unary("abs", diff), pm1)), g), b.binary("power", dist, pm1));
+    if (p < 1) term = b.select(b.compare(Cmp::EQ, diff, zero), zero, term);
+  } else {
+    term = div(b, mul(b, mul(b, diff, b.binary("power", b.unary("abs", diff), k(b, p - 2, diff))), g),
+               b.binary("power", dist, k(b, p - 1, diff)));
+  }
+  return b.select(b.compare(Cmp::EQ, dist, zero), zero, term);
+}
+
+// _pdist_backward(grad [K], self [N, M], p, pdist [K]): each pair's gradient added to row i and
+// subtracted from row j.
+Value pdist_backward(Ctx& c) {
+  Builder& b = c.b;
+  ElementType t = compute_type(c.out_type());
+  Value x = b.convert(c.t(1), t);
+  const int64_t N = x.dims()[0], M = x.dims()[1];
+  const int64_t K = N * (N - 1) / 2;
+  if (K == 0 || M == 0) return b.constant(0, Type{t, {N, M}});
+  std::vector<int64_t> is, js;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = i + 1; j < N; ++j) {
+      is.push_back(i);
+      js.push_back(j);
+    }
+  Value ii = b.reshape(const_i64(b, is), {K, 1}), jj = b.reshape(const_i64(b, js), {K, 1});
+  hlo::GatherDims g{{1}, {0}, {0}, 1};
+  Value diff = sub(b, b.gather(x, ii, g, {1, M}, {K, M}), b.gather(x, jj, g, {1, M}, {K, M}));
+  Value gk = b.broadcast_in_dim(b.convert(c.t(0), t), {K, M}, {0});
+  Value dk = b.broadcast_in_dim(b.convert(c.t(3), t), {K, M}, {0});
+  Value term = pnorm_grad(b, diff, dk, gk, c.d(2));
+  hlo::ScatterDims sd{{1}, {0}, {0}, 1};
+  auto body = [](Builder& bb, const V& a) { return V{bb.binary("add", a[0], a[1])}; };
+  Value r = b.scatter(b.constant(0, Type{t, {N, M}}), ii, term, sd, body);
+  return b.scatter(r, jj, b.unary("negate", term), sd, body);
 }
 
 // ------------------------------------------------------------------------------------------ FFTs
@@ -832,24 +921,6 @@ Value fft_c2r(Ctx& c) {
   return b.reshape(b.transpose(y, f.inverse), c.out_dims());
 }
 
-// -------------------------------------------------------------------------- special functions
-// polygamma(n, x) and special_zeta(x, q) through CHLO; n == 0 is digamma.
-Value polygamma(Ctx& c) {
-  Builder& b = c.b;
-  Value x = up(c, 1);
-  if (!pjrt::is_float(x.elem())) throw hlo::Error("polygamma: floating-point only");
-  int64_t n = c.i(0);
-  if (n == 0) return b.chlo_unary("digamma", x);
-  return b.raw("chlo.polygamma", "", {k(b, static_cast<double>(n), x), x}, x.type);
-}
-
-Value zeta(Ctx& c) {
-  Builder& b = c.b;
-  Value x = up(c, 0), q = up(c, 1);
-  if (!pjrt::is_float(x.elem())) throw hlo::Error("zeta: floating-point only");
-  return b.raw("chlo.zeta", "", {x, q}, x.type);
-}
-
 // channel_shuffle(self, groups): [N, g, C/g, ...] -> [N, C/g, g, ...]
 Value channel_shuffle(Ctx& c) {
   Builder& b = c.b;
@@ -863,6 +934,524 @@ Value channel_shuffle(Ctx& c) {
     perm.push_back(i + 1);
   }
   return b.reshape(b.transpose(b.reshape(x, split), perm), x.dims());
+}
+
+// ------------------------------------------------------------------------------ more pointwise ops
+Value conj_physical(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  if (!pjrt::is_complex(x.elem())) return x;
+  ElementType part = pjrt::real_type(x.elem());
+  return b.complex(b.unary_to("real", x, part), b.unary("negate", b.unary_to("imag", x, part)));
+}
+
+// Modified Bessel functions of the first kind, orders 0 and 1 (optionally scaled by exp(-|x|)), in
+// double: the power series sum_k (x/2)^(2k+nu) / (k! (k+nu)!) up to |x| = 30, Hankel's asymptotic
+// expansion e^x / sqrt(2 pi x) * sum_k (-1)^k a_k(nu) / x^k beyond. Accurate to double rounding, so
+// float results are correctly rounded.
+Value bessel_i(Builder& b, Value x_in, int nu, bool scaled) {
+  ElementType t = x_in.elem();
+  Value x = b.convert(x_in, ElementType::kF64);
+  Value ax = b.unary("abs", x);
+  Value big = b.compare(Cmp::GT, ax, k(b, 30, ax));
+  // series on min(|x|, 30) (the other branch is selected past 30)
+  Value xs = b.binary("minimum", ax, k(b, 30, ax));
+  Value h = mul(b, xs, k(b, 0.5, xs));
+  Value h2 = mul(b, h, h);
+  Value term = nu == 0 ? k(b, 1, h) : h;
+  Value sum = term;
+  for (int kk = 1; kk < 100; ++kk) {
+    term = mul(b, term, div(b, h2, k(b, static_cast<double>(kk) * (kk + nu), h2)));
+    sum = add(b, sum, term);
+  }
+  Value series = scaled ? mul(b, sum, b.unary("exponential", b.unary("negate", xs))) : sum;
+  // asymptotic on max(|x|, 30)
+  Value xa = b.binary("maximum", ax, k(b, 30, ax));
+  double mu = 4.0 * nu * nu;
+  Value inv = div(b, k(b, 1, xa), xa);
+  Value acc = k(b, 1, xa), p = k(b, 1, xa);
+  double coef = 1;
+  for (int kk = 1; kk < 30; ++kk) {
+    double odd = 2.0 * kk - 1;
+    coef *= -(mu - odd * odd) / (kk * 8.0);
+    p = mul(b, p, inv);
+    acc = add(b, acc, mul(b, k(b, coef, p), p));
+  }
+  Value pre = b.unary("rsqrt", mul(b, k(b, 2 * M_PI, xa), xa));
+  Value asym = mul(b, pre, acc);
+  if (!scaled) asym = mul(b, asym, b.unary("exponential", xa));
+  Value r = b.select(big, asym, series);
+  if (nu == 1) r = b.select(b.compare(Cmp::LT, x, k(b, 0, x)), b.unary("negate", r), r);  // odd function
+  r = b.select(isnan(b, x), x, r);
+  return b.convert(r, t);
+}
+
+Value bessel_row(Ctx& c, int nu, bool scaled) {
+  Value x = up(c, 0);
+  if (!pjrt::is_float(x.elem())) throw hlo::Error("bessel: floating-point only");
+  return bessel_i(c.b, x, nu, scaled);
+}
+
+// special_ndtri(p) = sqrt(2) erfinv(2p - 1), in double.
+Value ndtri(Ctx& c) {
+  Builder& b = c.b;
+  Value x = up(c, 0);
+  if (!pjrt::is_float(x.elem())) throw hlo::Error("ndtri: floating-point only");
+  Value p = b.convert(x, ElementType::kF64);
+  Value y = sub(b, mul(b, p, k(b, 2, p)), k(b, 1, p));
+  Value r = mul(b, b.chlo_unary("erf_inv", y), k(b, M_SQRT2, y));
+  return b.convert(r, x.elem());
+}
+
+// special_log_ndtr(x) = log(Phi(x)): log(erfc(-x/sqrt2)/2) below 0, log1p(-erfc(x/sqrt2)/2) above, and
+// the asymptotic series -x^2/2 - log(-x) - log(2 pi)/2 + log(1 - 1/x^2 + 3/x^4 - 15/x^6) far below.
+Value log_ndtr(Ctx& c) {
+  Builder& b = c.b;
+  Value x0 = up(c, 0);
+  if (!pjrt::is_float(x0.elem())) throw hlo::Error("log_ndtr: floating-point only");
+  Value x = b.convert(x0, ElementType::kF64);
+  Value s = mul(b, x, k(b, M_SQRT1_2, x));
+  Value lo = b.unary("log", mul(b, b.chlo_unary("erfc", b.unary("negate", s)), k(b, 0.5, s)));
+  Value hi = b.unary("log_plus_one", b.unary("negate", mul(b, b.chlo_unary("erfc", s), k(b, 0.5, s))));
+  Value xm = b.binary("minimum", x, k(b, -20, x));
+  Value i2 = div(b, k(b, 1, xm), mul(b, xm, xm));
+  Value poly = add(b, k(b, 1, i2), mul(b, i2, add(b, k(b, -1, i2), mul(b, i2, add(b, k(b, 3, i2), mul(b, i2, k(b, -15, i2)))))));
+  Value far = sub(b, sub(b, mul(b, k(b, -0.5, xm), mul(b, xm, xm)), b.unary("log", b.unary("negate", xm))),
+                  k(b, 0.5 * std::log(2 * M_PI), xm));
+  far = add(b, far, b.unary("log", poly));
+  Value r = b.select(b.compare(Cmp::LT, x, k(b, 0, x)), lo, hi);
+  r = b.select(b.compare(Cmp::LT, x, k(b, -20, x)), far, r);
+  return b.convert(r, x0.elem());
+}
+
+// special_erfcx(x) = exp(x^2) erfc(x), in double; an asymptotic series for x > 25.
+Value erfcx(Ctx& c) {
+  Builder& b = c.b;
+  Value x0 = up(c, 0);
+  if (!pjrt::is_float(x0.elem())) throw hlo::Error("erfcx: floating-point only");
+  Value x = b.convert(x0, ElementType::kF64);
+  Value xs = b.binary("minimum", x, k(b, 25, x));
+  Value direct = mul(b, b.unary("exponential", mul(b, xs, xs)), b.chlo_unary("erfc", xs));
+  Value xl = b.binary("maximum", x, k(b, 25, x));
+  Value i2 = div(b, k(b, 1, xl), mul(b, xl, xl));
+  // 1/(x sqrt(pi)) * (1 - 1/(2x^2) + 3/(4x^4) - 15/(8x^6) + 105/(16x^8))
+  Value series = k(b, 105.0 / 16, i2);
+  for (double cf : {-15.0 / 8, 3.0 / 4, -1.0 / 2, 1.0}) series = add(b, k(b, cf, i2), mul(b, i2, series));
+  Value asym = div(b, series, mul(b, xl, k(b, std::sqrt(M_PI), xl)));
+  Value r = b.select(b.compare(Cmp::GT, x, k(b, 25, x)), asym, direct);
+  r = b.select(isnan(b, x), x, r);
+  return b.convert(r, x0.elem());
+}
+
+// The Hurwitz zeta function zeta(x, q), following the Euler-Maclaurin evaluation of torch's CPU kernel
+// in the input's precision: terms (q + i)^-x while i < 9 or q + i <= 9 (unrolled 40 times, so exact for
+// q >= -30), then the remainder and 12 Bernoulli corrections.
+Value zeta_values(Builder& b, Value x, Value q) {
+  Value one_ = k(b, 1, x), zero = k(b, 0, x);
+  Value machep = k(b, 1.11022302462515654042e-16, x);
+  Value s = b.binary("power", q, b.unary("negate", x));
+  Value a = q, bb = s;
+  Value active = b.constant(1, Type{ElementType::kPred, x.dims()});
+  Value done = b.constant(0, Type{ElementType::kPred, x.dims()});  // returned early with s
+  for (int i = 0; i < 40; ++i) {
+    if (i >= 9) active = andv(b, active, b.compare(Cmp::LE, a, k(b, 9, a)));
+    Value step = andv(b, active, notv(b, done));
+    Value a2 = add(b, a, one_);
+    Value t = b.binary("power", a2, b.unary("negate", x));
+    Value s2 = add(b, s, t);
+    a = b.select(step, a2, a);
+    bb = b.select(step, t, bb);
+    s = b.select(step, s2, s);
+    Value tiny = andv(b, b.compare(Cmp::LT, mul(b, b.unary("negate", machep), s2), t), b.compare(Cmp::LT, t, mul(b, machep, s2)));
+    done = orv(b, done, andv(b, step, tiny));
+  }
+  Value early = s;
+  Value w = a;
+  s = add(b, s, div(b, mul(b, bb, w), sub(b, x, one_)));
+  s = sub(b, s, mul(b, k(b, 0.5, bb), bb));
+  // A[i] = (2i+2)! / B_{2i+2}
+  static const double bern[12] = {1.0 / 6,       -1.0 / 30,    1.0 / 42,         -1.0 / 30,
+                                  5.0 / 66,      -691.0 / 2730, 7.0 / 6,         -3617.0 / 510,
+                                  43867.0 / 798, -174611.0 / 330, 854513.0 / 138, -236364091.0 / 2730};
+  Value av = one_, kv = zero;
+  Value tail_done = b.constant(0, Type{ElementType::kPred, x.dims()});
+  double fact = 1;
+  for (int i = 0; i < 12; ++i) {
+    fact *= (2.0 * i + 1) * (2.0 * i + 2);
+    av = mul(b, av, add(b, x, kv));
+    bb = div(b, bb, w);
+    Value t = div(b, mul(b, av, bb), k(b, fact / bern[i], av));
+    Value s2 = add(b, s, t);
+    s = b.select(tail_done, s, s2);
+    tail_done = orv(b, tail_done, b.compare(Cmp::LT, b.unary("abs", div(b, t, s2)), machep));
+    kv = add(b, kv, one_);
+    av = mul(b, av, add(b, x, kv));
+    bb = div(b, bb, w);
+    kv = add(b, kv, one_);
+  }
+  Value r = b.select(done, early, s);
+  // special cases: x == 1 -> inf; x < 1 -> NaN; q <= 0: integer q -> inf, non-integer x -> NaN
+  Value q_le0 = b.compare(Cmp::LE, q, zero);
+  r = b.select(andv(b, q_le0, b.compare(Cmp::NE, x, b.unary("floor", x))), k(b, NAN, x), r);
+  r = b.select(andv(b, q_le0, b.compare(Cmp::EQ, q, b.unary("floor", q))), k(b, INFINITY, x), r);
+  r = b.select(b.compare(Cmp::LT, x, one_), k(b, NAN, x), r);
+  r = b.select(b.compare(Cmp::EQ, x, one_), k(b, INFINITY, x), r);
+  return r;
+}
+
+// trigamma: reflection below 1/2, six recurrence steps, then the asymptotic series (as torch's CPU).
+Value trigamma(Builder& b, Value x) {
+  Value one_ = k(b, 1, x);
+  Value reflect = b.compare(Cmp::LT, x, k(b, 0.5, x));
+  Value pi = k(b, static_cast<double>(static_cast<float>(M_PI)), x);
+  if (x.elem() == ElementType::kF64) pi = k(b, M_PI, x);
+  Value sn = b.unary("sine", mul(b, pi, x));
+  Value result = b.select(reflect, b.unary("negate", div(b, mul(b, pi, pi), mul(b, sn, sn))), k(b, 0, x));
+  Value z = b.select(reflect, sub(b, one_, x), x);
+  for (int i = 0; i < 6; ++i) {
+    result = add(b, result, div(b, one_, mul(b, z, z)));
+    z = add(b, z, one_);
+  }
+  Value ixx = div(b, one_, mul(b, z, z));
+  Value inner = sub(b, k(b, 1.0 / 30, x), mul(b, ixx, k(b, 1.0 / 42, x)));
+  inner = sub(b, k(b, 1.0 / 6, x), mul(b, ixx, inner));
+  Value series = add(b, add(b, one_, div(b, one_, mul(b, k(b, 2, z), z))), mul(b, ixx, inner));
+  result = add(b, result, div(b, series, z));
+  return b.select(reflect, b.unary("negate", result), result);
+}
+
+Value polygamma(Ctx& c) {
+  Builder& b = c.b;
+  Value x = up(c, 1);
+  if (!pjrt::is_float(x.elem())) throw hlo::Error("polygamma: floating-point only");
+  int64_t n = c.i(0);
+  if (n < 0) throw hlo::Error("polygamma: negative order");
+  if (n == 0) return b.chlo_unary("digamma", x);
+  if (n == 1) return trigamma(b, x);
+  double fact = 1;
+  for (int64_t i = 2; i <= n; ++i) fact *= static_cast<double>(i);
+  Value z = zeta_values(b, k(b, static_cast<double>(n + 1), x), x);
+  Value r = mul(b, b.convert(z, ElementType::kF64), b.constant((n % 2 ? 1.0 : -1.0) * fact, Type{ElementType::kF64, x.dims()}));
+  return b.convert(r, x.elem());
+}
+
+Value zeta(Ctx& c) {
+  Value x = up(c, 0), q = up(c, 1);
+  if (!pjrt::is_float(x.elem())) throw hlo::Error("zeta: floating-point only");
+  return zeta_values(c.b, x, q);
+}
+
+// ------------------------------------------------------------------------------- index_reduce
+// index_reduce(self, dim, index, source, reduce, *, include_self): self's slices at index combined
+// with source's slices (prod, amax, amin, mean); without include_self the indexed slices start from
+// the reduction's identity.
+Value index_reduce(Ctx& c) {
+  Builder& b = c.b;
+  ElementType t = c.out_type();
+  Value self = b.convert(c.t(0), t), index = c.t(2), src = b.convert(c.t(3), t);
+  const std::string red = c.arg(4).s;
+  const bool include_self = !c.has(5) || c.i(5);
+  if (self.rank() == 0) self = b.reshape(self, {1});
+  if (src.rank() == 0) src = b.reshape(src, {1});
+  int64_t dim = wrap_dim(c.i(1), self.rank());
+  const int64_t n = index.type.numel();
+  if (n == 0 || self.type.numel() == 0) return b.reshape(self, c.out_dims());
+  if (!pjrt::is_integral(index.elem())) throw hlo::Error("index_reduce: integer index expected");
+  Value idx = b.convert(b.reshape(index, {n}), ElementType::kS64);
+  idx = b.select(b.compare(Cmp::LT, idx, b.constant_i(0, idx.type)), add(b, idx, b.constant_i(self.dims()[dim], idx.type)), idx);
+  idx = b.reshape(idx, {n, 1});
+  Dims ud = self.dims();
+  ud[dim] = n;
+  src = b.reshape(src, ud);
+  hlo::ScatterDims s;
+  for (int64_t i = 0; i < self.rank(); ++i)
+    if (i != dim) s.update_window_dims.push_back(i);
+  s.inserted_window_dims = {dim};
+  s.scatter_dims_to_operand_dims = {dim};
+  s.index_vector_dim = 1;
+  auto scatter = [&](Value into, Value upd, const char* op) {
+    std::string o = op;
+    return b.scatter(into, idx, upd, s, [o](Builder& bb, const V& a) {
+      return V{o.empty() ? a[1] : bb.binary(o.c_str(), a[0], a[1])};
+    });
+  };
+  const char* op;
+  Value init;
+  if (red == "prod") {
+    op = "multiply";
+    init = b.scalar(1, t);
+  } else if (red == "amax") {
+    op = "maximum";
+    init = lowest(b, t);
+  } else if (red == "amin") {
+    op = "minimum";
+    init = highest(b, t);
+  } else if (red == "mean") {
+    op = "add";
+    init = b.scalar(0, t);
+  } else {
+    throw hlo::Error("index_reduce: unknown reduction");
+  }
+  if (!include_self) self = scatter(self, b.broadcast_to(init, ud), "");
+  Value r = scatter(self, src, op);
+  if (red == "mean") {
+    Value cnt = b.constant(include_self ? 1 : 0, self.type);
+    cnt = scatter(cnt, b.constant(1, Type{t, ud}), "add");
+    cnt = b.select(b.compare(Cmp::EQ, cnt, k(b, 0, cnt)), k(b, 1, cnt), cnt);
+    if (pjrt::is_integral(t)) {
+      Value q = div(b, r, cnt), rem = b.binary("remainder", r, cnt);
+      Value fix = andv(b, b.compare(Cmp::NE, rem, k(b, 0, rem)), b.compare(Cmp::LT, rem, k(b, 0, rem)));
+      r = b.select(fix, sub(b, q, k(b, 1, q)), q);
+    } else {
+      r = div(b, r, cnt);
+    }
+  }
+  return b.reshape(r, c.out_dims());
+}
+
+// ------------------------------------------------------------------------------- nonzero_static
+// nonzero_static(self, *, size, fill_value): the coordinates of the first `size` nonzero elements in
+// row-major order, padded with fill_value.
+Value nonzero_static(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  const Dims& od = c.out_dims();
+  const int64_t size = od[0], r = od[1], n = x.type.numel();
+  Value out = b.constant_i(c.i(2), Type{ElementType::kS64, od});
+  if (size == 0 || r == 0 || n == 0) return out;
+  Value nz = b.reshape(b.convert(x, ElementType::kPred), {n});
+  Value cnt = b.convert(nz, ElementType::kS64);
+  // inclusive prefix sum
+  for (int64_t shift = 1; shift < n; shift *= 2) {
+    Value before = b.slice(b.pad(cnt, b.scalar_i(0, ElementType::kS64), {shift}, {0}, {0}), {0}, {n}, {1});
+    cnt = add(b, cnt, before);
+  }
+  Value pos = sub(b, cnt, b.constant_i(1, cnt.type));
+  pos = b.select(nz, pos, b.constant_i(size, pos.type));  // zeros go out of range: dropped
+  V coords;
+  for (int64_t i = 0; i < r; ++i) coords.push_back(b.reshape(b.iota(Type{ElementType::kS64, x.dims()}, i), {n, 1}));
+  Value upd = b.concatenate(coords, 1);  // [n, r]
+  hlo::ScatterDims s{{1}, {0}, {0}, 1};
+  return b.scatter(out, b.reshape(pos, {n, 1}), upd, s, [](Builder& bb, const V& a) { return V{a[1]}; });
+}
+
+// ------------------------------------------------------------------------------------------ histc
+// histc(self, bins, min, max): counts per equal-width bin; min == max takes the data's range (widened
+// by one each way when that is empty too). The bin of x is (x - lo) * bins / (hi - lo), truncated, in
+// the input's precision, the top edge included, as torch's CPU kernel.
+Value histc(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  ElementType t = x.elem();
+  if (!pjrt::is_float(t)) throw hlo::Error("histc: floating-point only");
+  const int64_t bins = c.i(1), n = x.type.numel();
+  if (bins <= 0) throw hlo::Error("histc: bins must be positive");
+  Value lo = operand(c, 2, ElementType::kF64, {}), hi = operand(c, 3, ElementType::kF64, {});
+  Value flat = b.reshape(x, {n});
+  if (n > 0) {
+    Value xd = b.convert(flat, ElementType::kF64);
+    Value dmin = reduce(b, xd, {0}, "minimum", b.scalar(INFINITY, ElementType::kF64));
+    Value dmax = reduce(b, xd, {0}, "maximum", b.scalar(-INFINITY, ElementType::kF64));
+    Value same = b.compare(Cmp::EQ, lo, hi);
+    lo = b.select(same, dmin, lo);
+    hi = b.select(same, dmax, hi);
+  }
+  Value same = b.compare(Cmp::EQ, lo, hi);
+  lo = b.select(same, sub(b, lo, k(b, 1, lo)), lo);
+  hi = b.select(same, add(b, hi, k(b, 1, hi)), hi);
+  if (n == 0) return b.constant(0, Type{t, {bins}});
+  ElementType ct = compute_type(t);
+  Value lo_t = b.broadcast_to(b.convert(b.convert(lo, t), ct), {n}), hi_t = b.broadcast_to(b.convert(b.convert(hi, t), ct), {n});
+  Value xv = b.convert(flat, ct);
+  Value pos = div(b, mul(b, sub(b, xv, lo_t), k(b, static_cast<double>(bins), xv)), sub(b, hi_t, lo_t));
+  Value bin = b.convert(pos, ElementType::kS64);  // truncation
+  bin = b.select(b.compare(Cmp::EQ, bin, b.constant_i(bins, bin.type)), b.constant_i(bins - 1, bin.type), bin);
+  Value inside = andv(b, b.compare(Cmp::GE, xv, lo_t), b.compare(Cmp::LE, xv, hi_t));
+  bin = b.select(inside, bin, b.constant_i(-1, bin.type));
+  Type mt{ElementType::kS64, {n, bins}};
+  Value hit = b.compare(Cmp::EQ, b.broadcast_in_dim(bin, {n, bins}, {0}), b.iota(mt, 1));
+  Value counts = reduce_sum(b, b.convert(hit, ElementType::kS64), {0});
+  return b.convert(counts, t);
+}
+
+// ------------------------------------------------------------------------------------------- mode
+// mode(self, dim, keepdim) -> (values, indices): the smallest of the most frequent values and the last
+// index holding it (torch's CPU kernel on small rows); pairwise counting, for rows up to 2048 long.
+V mode(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  if (x.rank() == 0) return V{x, b.constant_i(0, c.out(1))};
+  int64_t dim = wrap_dim(c.i(1), x.rank());
+  const int64_t n = x.dims()[dim];
+  if (n == 0 || n > 2048) throw hlo::Error("mode: unsupported row length");
+  if (pjrt::is_complex(x.elem())) throw hlo::Error("mode: complex inputs are not lowered");
+  // move dim last: [R, n]
+  Dims perm;
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != dim) perm.push_back(i);
+  perm.push_back(dim);
+  Value xt = b.transpose(x, perm);
+  Dims rest(xt.dims().begin(), xt.dims().end() - 1);
+  const int64_t R = numel(rest);
+  Value m = b.reshape(xt, {R, n});
+  Value eq = b.compare(Cmp::EQ, b.broadcast_in_dim(m, {R, n, n}, {0, 1}), b.broadcast_in_dim(m, {R, n, n}, {0, 2}));
+  Value freq = reduce_sum(b, b.convert(eq, ElementType::kS64), {2});  // [R, n]
+  Value maxf = reduce(b, freq, {1}, "maximum", b.scalar_i(0, ElementType::kS64));
+  Value cand = b.compare(Cmp::EQ, freq, b.broadcast_in_dim(maxf, {R, n}, {0}));
+  Value val = reduce(b, b.select(cand, m, b.broadcast_to(highest(b, m.elem()), m.dims())), {1}, "minimum", highest(b, m.elem()));
+  Value iota = b.iota(Type{ElementType::kS64, {R, n}}, 1);
+  Value at = b.compare(Cmp::EQ, m, b.broadcast_in_dim(val, {R, n}, {0}));
+  Value idx = reduce(b, b.select(at, iota, b.constant_i(-1, iota.type)), {1}, "maximum", b.scalar_i(-1, ElementType::kS64));
+  return V{b.reshape(val, c.out_dims(0)), b.reshape(idx, c.out_dims(1))};
+}
+
+// ------------------------------------------------------------------------------- segment_reduce
+// segment_reduce(data, reduce, *, lengths?, indices?, offsets?, axis, unsafe, initial?) along axis 0
+// with 1-d lengths or offsets: each segment reduced starting from `initial` (sum, mean, max, min,
+// prod); mean divides by the segment's length, and an empty segment gives initial (NaN without one).
+Value segment_reduce(Ctx& c) {
+  Builder& b = c.b;
+  Value d = c.t(0);
+  ElementType t = d.elem();
+  if (!pjrt::is_float(t)) throw hlo::Error("segment_reduce: floating-point only");
+  if (c.has(3)) throw hlo::Error("segment_reduce: indices are not lowered");
+  const std::string red = c.arg(1).s;
+  Value start, end;
+  int64_t S;
+  if (c.has(2)) {
+    Value len = c.t(2);
+    if (len.rank() != 1) throw hlo::Error("segment_reduce: only 1-d lengths");
+    S = len.dims()[0];
+    len = b.convert(len, ElementType::kS64);
+    end = len;
+    for (int64_t shift = 1; shift < S; shift *= 2)
+      end = add(b, end, b.slice(b.pad(end, b.scalar_i(0, ElementType::kS64), {shift}, {0}, {0}), {0}, {S}, {1}));
+    start = sub(b, end, len);
+  } else if (c.has(4)) {
+    Value off = b.convert(c.t(4), ElementType::kS64);
+    if (off.rank() != 1 || off.dims()[0] < 1) throw hlo::Error("segment_reduce: only 1-d offsets");
+    S = off.dims()[0] - 1;
+    start = b.slice(off, {0}, {S}, {1});
+    end = b.slice(off, {1}, {S + 1}, {1});
+  } else {
+    throw hlo::Error("segment_reduce: lengths or offsets required");
+  }
+  if (c.i(5) != 0 && !(c.i(5) == -1 && d.rank() == 1)) throw hlo::Error("segment_reduce: only axis 0");
+  if (S == 0 || numel(c.out_dims()) == 0) return b.constant(0, c.out());
+  const int64_t L = d.dims()[0];
+  Dims rest(d.dims().begin() + 1, d.dims().end());
+  Dims full{S, L};
+  full.insert(full.end(), rest.begin(), rest.end());
+  Dims od{S};
+  od.insert(od.end(), rest.begin(), rest.end());
+  Type it{ElementType::kS64, {S, L}};
+  Value i = b.iota(it, 1);
+  Value in = andv(b, b.compare(Cmp::GE, i, b.broadcast_in_dim(start, {S, L}, {0})),
+                  b.compare(Cmp::LT, i, b.broadcast_in_dim(end, {S, L}, {0})));
+  Value mask = b.broadcast_in_dim(in, full, {0, 1});
+  Dims dd;
+  for (int64_t k2 = 0; k2 < d.rank(); ++k2) dd.push_back(k2 + 1);
+  Value x = b.broadcast_in_dim(d, full, dd);
+  Value init = c.has(7) ? operand(c, 7, t, od) : Value{};
+  Value count = b.convert(b.broadcast_in_dim(sub(b, end, start), od, {0}), t);
+  Value any_nan = reduce(b, andv(b, mask, isnan(b, x)), {1}, "or", b.scalar(0, ElementType::kPred));
+  Value r;
+  if (red == "sum" || red == "mean") {
+    r = reduce_sum(b, b.select(mask, x, b.constant(0, x.type)), {1});
+    if (init.valid()) r = add(b, init, r);
+    if (red == "mean") {
+      Value m = div(b, r, count);
+      r = b.select(b.compare(Cmp::EQ, count, k(b, 0, count)), init.valid() ? init : b.constant(NAN, m.type), m);
+    }
+  } else if (red == "max" || red == "min") {
+    bool mx = red == "max";
+    Value fill = b.constant(mx ? -INFINITY : INFINITY, x.type);
+    r = reduce(b, b.select(mask, x, fill), {1}, mx ? "maximum" : "minimum", b.scalar(mx ? -INFINITY : INFINITY, t));
+    if (init.valid()) {
+      Value better = b.compare(mx ? Cmp::GT : Cmp::LT, init, r);
+      r = b.select(orv(b, better, isnan(b, init)), init, r);
+    }
+    r = b.select(any_nan, b.constant(NAN, r.type), r);
+  } else if (red == "prod") {
+    r = reduce(b, b.select(mask, x, b.constant(1, x.type)), {1}, "multiply", b.scalar(1, t));
+    if (init.valid()) r = mul(b, init, r);
+  } else {
+    throw hlo::Error("segment_reduce: unknown reduction");
+  }
+  return b.reshape(r, c.out_dims());
+}
+
+// ------------------------------------------------------------------------------- integer ops
+// Bit shifts: out-of-range (or negative) amounts give 0 to the left and the sign fill to the right,
+// which is how stablehlo's shifts treat them (the amount read as unsigned).
+Value shift(Ctx& c, bool left) {
+  Builder& b = c.b;
+  ElementType t = c.out_type();
+  if (!pjrt::is_integral(t)) throw hlo::Error("shift: integer types only");
+  Value x = operand(c, 0), s = operand(c, 1);
+  if (left) return b.binary("shift_left", x, s);
+  return b.binary(pjrt::is_signed_int(t) ? "shift_right_arithmetic" : "shift_right_logical", x, s);
+}
+
+// gcd by Euclid's algorithm, unrolled for the longest chain of the type (consecutive Fibonacci numbers).
+Value gcd_values(Builder& b, Value a, Value v) {
+  const int64_t bits = static_cast<int64_t>(pjrt::byte_size(a.elem())) * 8;
+  const int steps = static_cast<int>(bits * 3 / 2) + 2;
+  Value zero = b.constant_i(0, a.type), one_ = b.constant_i(1, a.type);
+  if (pjrt::is_signed_int(a.elem())) {
+    a = b.unary("abs", a);
+    v = b.unary("abs", v);
+  }
+  for (int i = 0; i < steps; ++i) {
+    Value nz = b.compare(Cmp::NE, a, zero);
+    Value r = b.binary("remainder", v, b.select(nz, a, one_));
+    Value na = b.select(nz, r, a), nv = b.select(nz, a, v);
+    a = na;
+    v = nv;
+  }
+  return v;
+}
+
+Value gcd(Ctx& c) {
+  if (!pjrt::is_integral(c.out_type())) throw hlo::Error("gcd: integer types only");
+  return gcd_values(c.b, operand(c, 0), operand(c, 1));
+}
+
+// lcm = |a / gcd * b|, 0 when the gcd is 0.
+Value lcm(Ctx& c) {
+  Builder& b = c.b;
+  if (!pjrt::is_integral(c.out_type())) throw hlo::Error("lcm: integer types only");
+  Value x = operand(c, 0), y = operand(c, 1);
+  // C++ promotes narrow integers to int for a / g * b, then the result wraps to the type
+  if (pjrt::byte_size(x.elem()) < 4) {
+    x = b.convert(x, ElementType::kS32);
+    y = b.convert(y, ElementType::kS32);
+  }
+  Value g = gcd_values(b, x, y);
+  Value zero = b.constant_i(0, g.type);
+  Value gz = b.compare(Cmp::EQ, g, zero);
+  Value r = mul(b, div(b, x, b.select(gz, b.constant_i(1, g.type), g)), y);
+  if (pjrt::is_signed_int(r.elem())) r = b.unary("abs", r);
+  return b.select(gz, zero, r);
+}
+
+// tril_indices / triu_indices(row, col, offset): the coordinates of the lower (upper) triangle, row by
+// row, as a [2, N] constant.
+Value tri_indices(Ctx& c, bool lower) {
+  Builder& b = c.b;
+  int64_t rows = c.i(0), cols = c.i(1), off = c.i(2);
+  std::vector<int64_t> rs, cs;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      if (lower ? j - i <= off : j - i >= off) {
+        rs.push_back(i);
+        cs.push_back(j);
+      }
+  const int64_t n = static_cast<int64_t>(rs.size());
+  if (c.out_dims() != Dims{2, n}) throw hlo::Error("tri_indices: unexpected result shape");
+  if (n == 0) return b.constant_i(0, c.out());
+  rs.insert(rs.end(), cs.begin(), cs.end());
+  return b.convert(b.reshape(const_i64(b, rs), {2, n}), c.out_type());
 }
 
 const Rows rows = {
@@ -915,7 +1504,6 @@ const Rows rows = {
     {{"linalg_cross", "linalg_cross.out"}, [](Ctx& c) { return one(cross(c)); }},
     {{"cummax", "cummax.out"}, [](Ctx& c) { return cum_extremum(c, true); }},
     {{"cummin", "cummin.out"}, [](Ctx& c) { return cum_extremum(c, false); }},
-    {{"_logcumsumexp", "_logcumsumexp.out"}, [](Ctx& c) { return one(logcumsumexp(c)); }},
     {{"kthvalue", "kthvalue.values"}, kthvalue},
     {{"median"}, [](Ctx& c) { return median_dim(c, false, false); }},
     {{"median.dim", "median.dim_values"}, [](Ctx& c) { return median_dim(c, false, true); }},
@@ -933,12 +1521,42 @@ const Rows rows = {
 
     // distances
     {{"_cdist_forward", "_cdist_forward.out"}, [](Ctx& c) { return one(cdist(c)); }},
+    {{"_cdist_backward", "_cdist_backward.out"}, [](Ctx& c) { return one(cdist_backward(c)); }},
     {{"_pdist_forward", "_pdist_forward.out"}, [](Ctx& c) { return one(pdist(c)); }},
+    {{"_pdist_backward", "_pdist_backward.out"}, [](Ctx& c) { return one(pdist_backward(c)); }},
 
     // FFTs
     {{"_fft_r2c", "_fft_r2c.out"}, [](Ctx& c) { return one(fft_r2c(c)); }},
     {{"_fft_c2c", "_fft_c2c.out"}, [](Ctx& c) { return one(fft_c2c(c)); }},
     {{"_fft_c2r", "_fft_c2r.out"}, [](Ctx& c) { return one(fft_c2r(c)); }},
+
+    {{"conj_physical", "conj_physical_", "conj_physical.out"}, [](Ctx& c) { return one(conj_physical(c)); }},
+    {{"i0", "i0_", "i0.out"}, [](Ctx& c) { return one(bessel_row(c, 0, false)); }},
+    {{"special_i0e", "special_i0e.out"}, [](Ctx& c) { return one(bessel_row(c, 0, true)); }},
+    {{"special_i1", "special_i1.out"}, [](Ctx& c) { return one(bessel_row(c, 1, false)); }},
+    {{"special_i1e", "special_i1e.out"}, [](Ctx& c) { return one(bessel_row(c, 1, true)); }},
+    {{"special_ndtri", "special_ndtri.out"}, [](Ctx& c) { return one(ndtri(c)); }},
+    {{"special_log_ndtr", "special_log_ndtr.out"}, [](Ctx& c) { return one(log_ndtr(c)); }},
+    {{"special_erfcx", "special_erfcx.out"}, [](Ctx& c) { return one(erfcx(c)); }},
+    {{"index_reduce", "index_reduce_", "index_reduce.out"}, [](Ctx& c) { return one(index_reduce(c)); }},
+    {{"nonzero_static", "nonzero_static.out"}, [](Ctx& c) { return one(nonzero_static(c)); }},
+    {{"histc", "histc.out"}, [](Ctx& c) { return one(histc(c)); }},
+    {{"mode", "mode.values"}, mode},
+    {{"bitwise_left_shift.Tensor", "bitwise_left_shift_.Tensor", "bitwise_left_shift.Tensor_out"}, [](Ctx& c) { return one(shift(c, true)); }},
+    {{"bitwise_left_shift.Tensor_Scalar", "bitwise_left_shift_.Tensor_Scalar", "bitwise_left_shift.Tensor_Scalar_out"}, [](Ctx& c) { return one(shift(c, true)); }},
+    {{"bitwise_left_shift.Scalar_Tensor", "bitwise_left_shift.Scalar_Tensor_out"}, [](Ctx& c) { return one(shift(c, true)); }},
+    {{"__lshift__.Tensor", "__ilshift__.Tensor"}, [](Ctx& c) { return one(shift(c, true)); }},
+    {{"__lshift__.Scalar", "__ilshift__.Scalar"}, [](Ctx& c) { return one(shift(c, true)); }},
+    {{"bitwise_right_shift.Tensor", "bitwise_right_shift_.Tensor", "bitwise_right_shift.Tensor_out"}, [](Ctx& c) { return one(shift(c, false)); }},
+    {{"bitwise_right_shift.Tensor_Scalar", "bitwise_right_shift_.Tensor_Scalar", "bitwise_right_shift.Tensor_Scalar_out"}, [](Ctx& c) { return one(shift(c, false)); }},
+    {{"bitwise_right_shift.Scalar_Tensor", "bitwise_right_shift.Scalar_Tensor_out"}, [](Ctx& c) { return one(shift(c, false)); }},
+    {{"__rshift__.Tensor", "__irshift__.Tensor"}, [](Ctx& c) { return one(shift(c, false)); }},
+    {{"__rshift__.Scalar", "__irshift__.Scalar"}, [](Ctx& c) { return one(shift(c, false)); }},
+    {{"gcd", "gcd_", "gcd.out"}, [](Ctx& c) { return one(gcd(c)); }},
+    {{"lcm", "lcm_", "lcm.out"}, [](Ctx& c) { return one(lcm(c)); }},
+    {{"tril_indices", "tril_indices.out"}, [](Ctx& c) { return one(tri_indices(c, true)); }},
+    {{"triu_indices", "triu_indices.out"}, [](Ctx& c) { return one(tri_indices(c, false)); }},
+    {{"segment_reduce", "segment_reduce.out"}, [](Ctx& c) { return one(segment_reduce(c)); }},
 
     {{"channel_shuffle", "channel_shuffle.out"}, [](Ctx& c) { return one(channel_shuffle(c)); }},
     {{"native_channel_shuffle"}, [](Ctx& c) { return one(channel_shuffle(c)); }},
