@@ -1,9 +1,12 @@
 // Odds and ends not covered by the category files: binary special functions (hypot, copysign, nextafter,
-// heaviside, logaddexp, xlogy, fmax/fmin, ...), unary ones (sinc, logit, signbit, angle, frexp, entr,
-// polygamma, zeta, ...), reductions (nansum, aminmax, norm, trace, median, kthvalue), scans (cummax,
-// cummin), searches (bucketize, searchsorted, isin), distances (cdist, pdist), cross
-// products, renorm and the FFTs. Each follows the formula of torch's CPU kernel (special cases
-// included) so results agree to rounding; half-precision inputs compute in float32 as those kernels do.
+// heaviside, logaddexp, xlogy, fmax/fmin, zeta, ...), unary ones (sinc, logit, signbit, angle, frexp,
+// entr, polygamma, i0/i1, ndtri, log_ndtr, erfcx, ...), reductions (nansum, aminmax, norm, trace, median,
+// kthvalue, mode, histc, segment_reduce), scans (cummax, cummin), searches (bucketize, searchsorted,
+// isin), distances (cdist, pdist and their backwards), cross products, renorm, index_reduce,
+// nonzero_static, the FFTs, integer shifts / gcd / lcm and tril/triu_indices. Each follows the formula
+// of torch's CPU kernel (special cases included) so results agree to rounding; half-precision inputs
+// compute in float32 as those kernels do. NaN is propagated explicitly wherever a maximum or minimum
+// could drop it (XLA's CPU maximum/minimum do not always return NaN).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -1044,59 +1047,78 @@ Value erfcx(Ctx& c) {
 }
 
 // The Hurwitz zeta function zeta(x, q), following the Euler-Maclaurin evaluation of torch's CPU kernel
-// in the input's precision: terms (q + i)^-x while i < 9 or q + i <= 9 (unrolled 40 times, so exact for
-// q >= -30), then the remainder and 12 Bernoulli corrections.
+// in the input's precision: s = sum of (q + i)^-x for i = 0.. while i < 9 or q + i <= 9 (returning
+// early once a term no longer changes s), then the remainder and 12 Bernoulli corrections. The terms
+// are computed side by side along a new axis of 40 (exact for q >= -30) and summed by a prefix sum.
 Value zeta_values(Builder& b, Value x, Value q) {
+  const int64_t K = 40;
+  const Dims& d = x.dims();
+  const int64_t r = x.rank();
+  Dims dk = d;
+  dk.push_back(K);
+  Dims keep = iota_dims(0, r);
+  auto wide = [&](Value v) { return b.broadcast_in_dim(v, dk, keep); };
   Value one_ = k(b, 1, x), zero = k(b, 0, x);
   Value machep = k(b, 1.11022302462515654042e-16, x);
-  Value s = b.binary("power", q, b.unary("negate", x));
-  Value a = q, bb = s;
-  Value active = b.constant(1, Type{ElementType::kPred, x.dims()});
-  Value done = b.constant(0, Type{ElementType::kPred, x.dims()});  // returned early with s
-  for (int i = 0; i < 40; ++i) {
-    if (i >= 9) active = andv(b, active, b.compare(Cmp::LE, a, k(b, 9, a)));
-    Value step = andv(b, active, notv(b, done));
-    Value a2 = add(b, a, one_);
-    Value t = b.binary("power", a2, b.unary("negate", x));
-    Value s2 = add(b, s, t);
-    a = b.select(step, a2, a);
-    bb = b.select(step, t, bb);
-    s = b.select(step, s2, s);
-    Value tiny = andv(b, b.compare(Cmp::LT, mul(b, b.unary("negate", machep), s2), t), b.compare(Cmp::LT, t, mul(b, machep, s2)));
-    done = orv(b, done, andv(b, step, tiny));
+  Value s0 = b.binary("power", q, b.unary("negate", x));
+  Type ik{ElementType::kS64, dk};
+  Value i1 = add(b, b.iota(ik, r), b.constant_i(1, ik));  // 1..K
+  Value fi = b.convert(i1, x.elem());
+  Value a = add(b, wide(q), fi);                           // q + i
+  Value a_prev = sub(b, a, b.constant(1, a.type));
+  Value t = b.binary("power", a, wide(b.unary("negate", x)));
+  Value cond = orv(b, b.compare(Cmp::LE, i1, b.constant_i(9, ik)), b.compare(Cmp::LE, a_prev, b.constant(9, a.type)));
+  // prefix sums s0 + t_1 + ... + t_i along the new axis
+  Value ps = t;
+  Dims zeros(r + 1, 0), ones(r + 1, 1);
+  for (int64_t shift = 1; shift < K; shift *= 2) {
+    Dims low = zeros;
+    low[r] = shift;
+    ps = add(b, ps, b.slice(b.pad(ps, b.scalar(0, x.elem()), low, zeros, zeros), zeros, dk, ones));
   }
-  Value early = s;
-  Value w = a;
-  s = add(b, s, div(b, mul(b, bb, w), sub(b, x, one_)));
-  s = sub(b, s, mul(b, k(b, 0.5, bb), bb));
+  ps = add(b, ps, wide(s0));
+  Value mk = wide(machep);
+  Value tiny = andv(b, b.compare(Cmp::LT, mul(b, b.unary("negate", mk), ps), t), b.compare(Cmp::LT, t, mul(b, mk, ps)));
+  Value big_i = b.constant_i(K + 1, ik);
+  Value first_tiny = reduce(b, b.select(andv(b, tiny, cond), i1, big_i), {r}, "minimum", b.scalar_i(K + 1, ElementType::kS64));
+  Value n_end = reduce_sum(b, b.convert(cond, ElementType::kS64), {r});
+  auto at = [&](Value v, Value pos) {  // v[..., pos - 1]
+    Value hit = b.compare(Cmp::EQ, i1, b.broadcast_in_dim(pos, dk, keep));
+    return reduce_sum(b, b.select(hit, v, b.constant(0, v.type)), {r});
+  };
+  Value done = b.compare(Cmp::LE, first_tiny, b.constant_i(K, first_tiny.type));
+  Value early = at(ps, first_tiny);
+  Value sv = at(ps, n_end), bb = at(t, n_end), w = at(a, n_end);
+  sv = add(b, sv, div(b, mul(b, bb, w), sub(b, x, one_)));
+  sv = sub(b, sv, mul(b, k(b, 0.5, bb), bb));
   // A[i] = (2i+2)! / B_{2i+2}
   static const double bern[12] = {1.0 / 6,       -1.0 / 30,    1.0 / 42,         -1.0 / 30,
                                   5.0 / 66,      -691.0 / 2730, 7.0 / 6,         -3617.0 / 510,
                                   43867.0 / 798, -174611.0 / 330, 854513.0 / 138, -236364091.0 / 2730};
   Value av = one_, kv = zero;
-  Value tail_done = b.constant(0, Type{ElementType::kPred, x.dims()});
+  Value tail_done = b.constant(0, Type{ElementType::kPred, d});
   double fact = 1;
   for (int i = 0; i < 12; ++i) {
     fact *= (2.0 * i + 1) * (2.0 * i + 2);
     av = mul(b, av, add(b, x, kv));
     bb = div(b, bb, w);
-    Value t = div(b, mul(b, av, bb), k(b, fact / bern[i], av));
-    Value s2 = add(b, s, t);
-    s = b.select(tail_done, s, s2);
-    tail_done = orv(b, tail_done, b.compare(Cmp::LT, b.unary("abs", div(b, t, s2)), machep));
+    Value term = div(b, mul(b, av, bb), k(b, fact / bern[i], av));
+    Value s2 = add(b, sv, term);
+    sv = b.select(tail_done, sv, s2);
+    tail_done = orv(b, tail_done, b.compare(Cmp::LT, b.unary("abs", div(b, term, s2)), machep));
     kv = add(b, kv, one_);
     av = mul(b, av, add(b, x, kv));
     bb = div(b, bb, w);
     kv = add(b, kv, one_);
   }
-  Value r = b.select(done, early, s);
+  Value res = b.select(done, early, sv);
   // special cases: x == 1 -> inf; x < 1 -> NaN; q <= 0: integer q -> inf, non-integer x -> NaN
   Value q_le0 = b.compare(Cmp::LE, q, zero);
-  r = b.select(andv(b, q_le0, b.compare(Cmp::NE, x, b.unary("floor", x))), k(b, NAN, x), r);
-  r = b.select(andv(b, q_le0, b.compare(Cmp::EQ, q, b.unary("floor", q))), k(b, INFINITY, x), r);
-  r = b.select(b.compare(Cmp::LT, x, one_), k(b, NAN, x), r);
-  r = b.select(b.compare(Cmp::EQ, x, one_), k(b, INFINITY, x), r);
-  return r;
+  res = b.select(andv(b, q_le0, b.compare(Cmp::NE, x, b.unary("floor", x))), k(b, NAN, x), res);
+  res = b.select(andv(b, q_le0, b.compare(Cmp::EQ, q, b.unary("floor", q))), k(b, INFINITY, x), res);
+  res = b.select(b.compare(Cmp::LT, x, one_), k(b, NAN, x), res);
+  res = b.select(b.compare(Cmp::EQ, x, one_), k(b, INFINITY, x), res);
+  return res;
 }
 
 // trigamma: reflection below 1/2, six recurrence steps, then the asymptotic series (as torch's CPU).

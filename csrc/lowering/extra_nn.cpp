@@ -1,9 +1,11 @@
 // More neural-network rows: gated and shrinking activations (glu, hardshrink, softshrink, logsigmoid,
-// prelu) with their backwards, upsampling (nearest, nearest-exact, linear, bilinear, trilinear,
-// bicubic) and its backward, reflection and replication padding and their backwards, adaptive max
-// pooling, max unpooling and im2col / col2im (unfold / fold).
+// prelu) with their backwards; upsampling (nearest, nearest-exact, linear, bilinear, trilinear,
+// bicubic, antialiased bilinear/bicubic) and its backward; reflection and replication padding and
+// their backwards; 3-d pooling (max with indices, average, adaptive average and max) and adaptive max
+// pooling in 2-d, with backwards; max unpooling; im2col / col2im (unfold / fold); grid_sampler_2d
+// (bilinear and nearest, all padding modes) and its backward; multi-class margin losses.
 //
-// Upsampling and padding are separable: along each spatial axis an output position reads one to four
+// Upsampling and padding are separable: along each spatial axis an output position reads one or more
 // input positions with fixed weights. Those positions and weights are computed here, on the host, with
 // the same float arithmetic as torch's CPU kernels (so the same source pixels and the same weights),
 // and become gathers (forward) and scatter-adds (backward) along that axis.

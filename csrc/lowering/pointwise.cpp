@@ -177,7 +177,8 @@ const Rows rows = {
        return one(c.b.unary("not", x));
      }},
     {{"logical_and", "logical_and_", "logical_and.out"}, [](Ctx& c) {
-       return one(c.b.binary("and", c.b.convert(c.t(0), ElementType::kPred), c.b.broadcast_to(c.b.convert(c.t(1), ElementType::kPred), c.out_dims())));
+       return one(c.b.binary("and", c.b.broadcast_to(c.b.convert(c.t(0), ElementType::kPred), c.out_dims()),
+                             c.b.broadcast_to(c.b.convert(c.t(1), ElementType::kPred), c.out_dims())));
      }},
     {{"logical_or", "logical_or_", "logical_or.out"}, [](Ctx& c) {
        return one(c.b.binary("or", c.b.broadcast_to(c.b.convert(c.t(0), ElementType::kPred), c.out_dims()),

@@ -91,7 +91,8 @@ std::pair<Value, Value> var_mean(Ctx& c, size_t dims_arg, size_t correction_arg)
   Value x = c.b.convert(c.t(0), acc);
   Dims dims = reduction_dims(c, dims_arg, x.rank());
   double n = static_cast<double>(count(x, dims));
-  Value mean = c.b.binary("divide", reduce_sum(c.b, x, dims), c.b.constant(n, Type{acc, {}}));
+  Value total = reduce_sum(c.b, x, dims);
+  Value mean = c.b.binary("divide", total, c.b.constant(n, total.type));
   Dims kept;
   for (int64_t i = 0; i < x.rank(); ++i) {
     bool reduced = false;
