@@ -1,16 +1,30 @@
 #include "pjrt/program_cache.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace pjrt {
 namespace {
+
+// Entry layout: magic, text size, payload size, checksum of text and payload, text, payload.
+constexpr char kMagic[8] = {'T', 'P', 'J', 'R', 'T', 'C', '2', '\n'};
+struct Header {
+  char magic[8];
+  uint64_t text_size;
+  uint64_t payload_size;
+  uint64_t checksum;
+};
 
 void make_dirs(const std::string& path) {
   std::string partial;
@@ -27,23 +41,135 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
+bool ends_with(const std::string& s, const char* suffix) {
+  size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+struct DiskEntry {
+  std::string path;
+  int64_t bytes;
+  int64_t mtime_ns;
+};
+
+// Entries of the folder; temporary files left by killed writers (older than an hour) are removed.
+std::vector<DiskEntry> scan(const std::string& dir) {
+  std::vector<DiskEntry> entries;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return entries;
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(now).count();
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    std::string path = dir + "/" + name;
+    struct stat st;
+    if (name[0] == '.' || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (ends_with(name, ".tmp")) {
+      if (now_s - st.st_mtim.tv_sec > 3600) unlink(path.c_str());
+      continue;
+    }
+    if (!ends_with(name, ".bin")) continue;
+    entries.push_back({path, static_cast<int64_t>(st.st_size),
+                       static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+  }
+  closedir(d);
+  return entries;
+}
+
 }  // namespace
 
-uint64_t fingerprint(const std::string& text) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : text) {
-    h ^= c;
+uint64_t fingerprint(const char* data, size_t size, uint64_t h) {
+  for (size_t i = 0; i < size; ++i) {
+    h ^= static_cast<unsigned char>(data[i]);
     h *= 1099511628211ULL;
   }
   return h;
 }
 
-ProgramCache::ProgramCache(const Client& client, std::string dir) : client_(client) {
+uint64_t fingerprint(const std::string& text) { return fingerprint(text.data(), text.size()); }
+
+ProgramCache::ProgramCache(const Client& client, std::string dir, int64_t max_disk_bytes)
+    : client_(client), max_disk_bytes_(max_disk_bytes) {
   if (dir.empty()) return;
   std::string identity = client.plugin().path() + "|" + std::to_string(client.plugin().api_minor()) + "|" +
                          client.platform_name() + "|" + client.platform_version();
   dir_ = dir + "/" + hex(fingerprint(identity));
   make_dirs(dir_);
+  for (const auto& e : scan(dir_)) disk_bytes_ += e.bytes;
+}
+
+ExecutablePtr ProgramCache::load(const std::string& file, const std::string& mlir,
+                                 const std::vector<TensorSpec>& inputs, const std::vector<TensorSpec>& outputs) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return nullptr;
+  std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  Header h;
+  bool ok = blob.size() >= sizeof h;
+  if (ok) {
+    std::memcpy(&h, blob.data(), sizeof h);
+    ok = std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.text_size <= blob.size() &&
+         h.payload_size <= blob.size() && sizeof h + h.text_size + h.payload_size == blob.size() &&
+         fingerprint(blob.data() + sizeof h, blob.size() - sizeof h) == h.checksum;
+  }
+  if (ok && blob.compare(sizeof h, h.text_size, mlir) != 0) return nullptr;  // a hash collision: not ours
+  if (ok) {
+    try {
+      auto exe = client_.deserialize(blob.substr(sizeof h + h.text_size), inputs, outputs);
+      utimensat(AT_FDCWD, file.c_str(), nullptr, 0);  // recently used: evicted last
+      return exe;
+    } catch (const Error&) {
+      // written by another plugin build that shares the folder name, or damaged in a way the
+      // checksum cannot see: treat as corrupt
+    }
+  }
+  std::remove(file.c_str());
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.disk_corrupt;
+  disk_bytes_ = std::max<int64_t>(0, disk_bytes_ - static_cast<int64_t>(blob.size()));
+  return nullptr;
+}
+
+void ProgramCache::store(const std::string& file, const std::string& mlir, const std::string& payload) {
+  static std::atomic<uint64_t> counter{0};
+  Header h;
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.text_size = mlir.size();
+  h.payload_size = payload.size();
+  h.checksum = fingerprint(payload.data(), payload.size(), fingerprint(mlir));
+  // A private temporary name, then rename: concurrent readers never see a partial file.
+  std::string tmp = file + "." + std::to_string(getpid()) + "." + std::to_string(counter++) + ".tmp";
+  std::ofstream out(tmp, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&h), sizeof h);
+  out << mlir << payload;
+  out.close();
+  if (!out || std::rename(tmp.c_str(), file.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    disk_bytes_ += static_cast<int64_t>(sizeof h + mlir.size() + payload.size());
+  }
+  evict_if_needed();
+}
+
+void ProgramCache::evict_if_needed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (max_disk_bytes_ <= 0 || disk_bytes_ <= max_disk_bytes_) return;
+  auto entries = scan(dir_);
+  std::sort(entries.begin(), entries.end(), [](const DiskEntry& a, const DiskEntry& b) { return a.mtime_ns < b.mtime_ns; });
+  int64_t total = 0;
+  for (const auto& e : entries) total += e.bytes;
+  const int64_t target = max_disk_bytes_ - max_disk_bytes_ / 4;  // evict down to 75%: not on every write
+  for (const auto& e : entries) {
+    if (total <= target) break;
+    if (std::remove(e.path.c_str()) == 0) {
+      total -= e.bytes;
+      ++stats_.disk_evictions;
+    }
+  }
+  disk_bytes_ = total;
 }
 
 ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<TensorSpec>& inputs,
@@ -58,27 +184,12 @@ ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<Tenso
   }
   std::string file;
   if (!dir_.empty()) {
-    // The text hash names the file; the file also holds the text, checked on load (no collisions).
     file = dir_ + "/" + hex(fingerprint(mlir)) + ".bin";
-    std::ifstream in(file, std::ios::binary);
-    if (in) {
-      std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      size_t text_size = 0;
-      if (blob.size() > sizeof text_size) {
-        std::memcpy(&text_size, blob.data(), sizeof text_size);
-        if (text_size + sizeof text_size <= blob.size() &&
-            blob.compare(sizeof text_size, text_size, mlir) == 0) {
-          try {
-            auto exe = client_.deserialize(blob.substr(sizeof text_size + text_size), inputs, outputs);
-            std::lock_guard<std::mutex> lock(mu_);
-            ++stats_.disk_hits;
-            programs_.emplace(mlir, exe);
-            return exe;
-          } catch (const Error&) {
-            // stale or foreign entry: recompile below and overwrite it
-          }
-        }
-      }
+    if (ExecutablePtr exe = load(file, mlir, inputs, outputs)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.disk_hits;
+      programs_.emplace(mlir, exe);
+      return exe;
     }
   }
   auto start = std::chrono::steady_clock::now();
@@ -86,16 +197,7 @@ ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<Tenso
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!file.empty()) {
     try {
-      std::string bytes = exe->serialize();
-      // Write to a temporary name, then rename: concurrent processes never see a partial file.
-      std::string tmp = file + "." + std::to_string(getpid()) + ".tmp";
-      std::ofstream out(tmp, std::ios::binary);
-      size_t text_size = mlir.size();
-      out.write(reinterpret_cast<const char*>(&text_size), sizeof text_size);
-      out << mlir << bytes;
-      out.close();
-      if (out) std::rename(tmp.c_str(), file.c_str());
-      else std::remove(tmp.c_str());
+      store(file, mlir, exe->serialize());
     } catch (const Error&) {
       // plugins without serialization simply have no disk tier
     }
@@ -110,6 +212,11 @@ ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<Tenso
 CacheStats ProgramCache::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
+}
+
+int64_t ProgramCache::disk_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return disk_bytes_;
 }
 
 void ProgramCache::clear_memory() {

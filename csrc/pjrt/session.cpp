@@ -88,7 +88,8 @@ Session* Session::get_or_null() {
       auto* s = new Session();
       s->choice_ = choice;
       s->client_ = Client::create(plugin, options);
-      s->programs_ = std::make_unique<ProgramCache>(*s->client_, default_cache_dir());
+      int64_t max_mb = std::atoll(env("TORCH_PJRT_CACHE_MAX_MB", "4096").c_str());
+      s->programs_ = std::make_unique<ProgramCache>(*s->client_, default_cache_dir(), max_mb << 20);
       instance() = s;  // intentionally leaked: plugins must outlive every buffer and static destructor
     } catch (const std::exception& e) {
       reason() = std::string("cannot start PJRT plugin ") + choice.path + ": " + e.what();

@@ -66,6 +66,8 @@ py::dict metrics_dict() {
   d["compiles"] = cs.compiles;
   d["compile_seconds"] = cs.compile_seconds;
   d["disk_cache_hits"] = cs.disk_hits;
+  d["disk_cache_corrupt"] = cs.disk_corrupt;
+  d["disk_cache_evictions"] = cs.disk_evictions;
   d["live_buffers"] = pjrt::Buffer::live_count();
   d["live_bytes"] = pjrt::Buffer::live_bytes();
   d["scalar_cache_entries"] = scalar_cache_entries();
