@@ -193,6 +193,21 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, std::move(fresh), 0, size, {});
 }
 
+// Whether `param.data = new` may swap a tensor's implementation in place (what Module._apply, e.g.
+// `model.to("tpu")`, does for each parameter). c10's built-in answer lists only the in-tree dense
+// backends, so for PrivateUse1 it says no and Module._apply wraps every converted tensor in a new
+// Parameter instead: parameters shared by two modules (tied weights such as an LM head's bias or
+// embedding) come out as two distinct Parameters, one of which then gets no gradient. Dense CPU and
+// tpu tensors share the plain TensorImpl, so a shallow copy between them is as valid as CPU <-> CUDA.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) return true;
+  auto dense = [](const at::Tensor& t) {
+    auto type = t.device().type();
+    return t.layout() == at::kStrided && (type == c10::DeviceType::CPU || type == c10::DeviceType::PrivateUse1);
+  };
+  return dense(self) && dense(from);
+}
+
 // scaled_dot_product_attention asks the backend which fused kernel to use; ours is the math
 // composition (matmul, softmax), which lowers op by op and fuses in torch.compile.
 int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
@@ -230,6 +245,7 @@ void register_aten_kernels() {
   m.impl("_copy_from_and_resize", _copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_fused_sdp_choice", fused_sdp_choice);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("native_batch_norm", native_batch_norm);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);

@@ -97,3 +97,7 @@ def get_fallback_policy() -> str:
 def plugin_info():
     """The loaded PJRT plugin: path, API version, platform, attributes and devices."""
     return _C._plugin_info()
+
+from . import accelerate_glue as _accelerate_glue  # noqa: E402  (Accelerate's disk offload onto "tpu")
+
+_accelerate_glue.install()

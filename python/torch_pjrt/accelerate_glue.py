@@ -1,0 +1,72 @@
+"""Glue for Hugging Face Accelerate's big-model offload on the "tpu" device.
+
+Accelerate (1.16) recognises "tpu" through ``torch.accelerator`` and dispatches a model whose
+``device_map`` mixes "tpu" with "cpu" or "disk" (``from_pretrained(..., device_map=...)``). One path
+does not: weights offloaded to disk are read back by ``OffloadedWeightsLoader.__getitem__`` with
+``safetensors.safe_open(file, device=<execution device>)``, and safetensors only knows the devices
+built into it, so every forward through a disk-offloaded module raised ``SafetensorError: device tpu is
+invalid``. Accelerate's own checkpoint loader (``load_state_dict``) already reads "tpu" weights on the
+CPU and moves them; this module gives the offload loader the same treatment: its ``safe_open`` opens
+files for a "tpu" device on the CPU, and the loader's own ``tensor.to(device)`` then moves the tensor.
+
+Installed by ``import torch_pjrt`` when ``accelerate.utils.offload`` is imported (an import hook: nothing
+here imports Accelerate). Remove once Accelerate reads offloaded weights for "tpu" on the CPU itself.
+"""
+
+import functools
+import importlib.abc
+import sys
+
+import torch
+
+_MODULE = "accelerate.utils.offload"
+
+
+def _is_tpu(device) -> bool:
+    try:
+        return torch.device(device).type == "tpu"
+    except (TypeError, RuntimeError):
+        return False
+
+
+def _patch(module) -> None:
+    open_ = getattr(module, "safe_open", None)
+    if open_ is None or getattr(open_, "__torch_pjrt__", False):
+        return
+
+    @functools.wraps(open_)
+    def safe_open(filename, framework, device="cpu", *args, **kwargs):
+        return open_(filename, framework, "cpu" if _is_tpu(device) else device, *args, **kwargs)
+
+    safe_open.__torch_pjrt__ = True
+    module.safe_open = safe_open
+
+
+class _Hook(importlib.abc.MetaPathFinder):
+    """Patches the module right after it executes; finds it through the finders behind this one."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _MODULE:
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+def install() -> None:
+    if _MODULE in sys.modules:
+        _patch(sys.modules[_MODULE])
+    elif not any(isinstance(f, _Hook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Hook())
