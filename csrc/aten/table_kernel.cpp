@@ -26,6 +26,7 @@
 #include "aten/execution.h"
 #include "aten/fallback.h"
 #include "aten/generator.h"
+#include "aten/shape_rules.h"
 #include "aten/storage.h"
 #include "lowering/table.h"
 
@@ -465,7 +466,10 @@ class TableKernel final : public c10::OperatorKernel {
       std::map<std::pair<void*, int>, at::Tensor> fresh_bases;
       for (size_t i = 0; i < functional_args_; ++i) fmeta[i] = to_meta(stack[base + i], kinds_[i], fresh_bases);
     }
-    functional_->callBoxed(&fmeta);
+    if (ShapeRule rule = shape_rule(functional_->schema().name(), functional_->schema().overload_name()))
+      rule(fmeta);  // the op's meta kernel is narrower than the op (aten/shape_rules.h)
+    else
+      functional_->callBoxed(&fmeta);
     std::vector<pjrt::TensorSpec> outs;
     std::vector<at::ScalarType> out_dtypes;
     for (const auto& r : fmeta) {

@@ -504,6 +504,24 @@ std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, 
   return emit("stablehlo.sort", inputs, attrs, results, {r});
 }
 
+std::vector<Value> Builder::while_loop(const std::vector<Value>& init, const Body& cond, const Body& body) {
+  std::vector<Type> types;
+  for (const auto& v : init) types.push_back(v.type);
+  std::string c = region(types, [&](Builder& b, const std::vector<Value>& s) {
+    std::vector<Value> r = cond(b, s);
+    require(r.size() == 1 && r[0].type == Type{ElementType::kPred, {}}, "while: the condition must be one 0-d pred");
+    return r;
+  });
+  std::string r = region(types, [&](Builder& b, const std::vector<Value>& s) {
+    std::vector<Value> next = body(b, s);
+    require(next.size() == types.size(), "while: the body must return the whole state");
+    for (size_t i = 0; i < next.size(); ++i)
+      require(next[i].type == types[i], "while: state " + std::to_string(i) + " changes type to " + next[i].type.str());
+    return next;
+  });
+  return emit("stablehlo.while", init, "", types, {c, r});
+}
+
 Value Builder::convolution(Value input, Value kernel, const std::string& dim_numbers, const Dims& strides,
                            const std::vector<std::pair<int64_t, int64_t>>& padding, const Dims& lhs_dilation,
                            const Dims& rhs_dilation, int64_t feature_groups, int64_t batch_groups,

@@ -1,7 +1,7 @@
 // Odds and ends not covered by the category files: binary special functions (hypot, copysign, nextafter,
 // heaviside, logaddexp, xlogy, fmax/fmin, zeta, ...), unary ones (sinc, logit, signbit, angle, frexp,
 // entr, polygamma, i0/i1, ndtri, log_ndtr, erfcx, ...), reductions (nansum, aminmax, norm, trace, median,
-// kthvalue, mode, histc, segment_reduce), scans (cummax, cummin), searches (bucketize, searchsorted,
+// kthvalue, mode, segment_reduce), scans (cummax, cummin), searches (bucketize, searchsorted,
 // isin), distances (cdist, pdist and their backwards), cross products, renorm, index_reduce,
 // nonzero_static, the FFTs, integer shifts / gcd / lcm and tril/triu_indices. Each follows the formula
 // of torch's CPU kernel (special cases included) so results agree to rounding; half-precision inputs
@@ -1257,45 +1257,6 @@ Value nonzero_static(Ctx& c) {
   return b.scatter(out, b.reshape(pos, {n, 1}), upd, s, [](Builder& bb, const V& a) { return V{a[1]}; });
 }
 
-// ------------------------------------------------------------------------------------------ histc
-// histc(self, bins, min, max): counts per equal-width bin; min == max takes the data's range (widened
-// by one each way when that is empty too). The bin of x is (x - lo) * bins / (hi - lo), truncated, in
-// the input's precision, the top edge included, as torch's CPU kernel.
-Value histc(Ctx& c) {
-  Builder& b = c.b;
-  Value x = c.t(0);
-  ElementType t = x.elem();
-  if (!pjrt::is_float(t)) throw hlo::Error("histc: floating-point only");
-  const int64_t bins = c.i(1), n = x.type.numel();
-  if (bins <= 0) throw hlo::Error("histc: bins must be positive");
-  Value lo = operand(c, 2, ElementType::kF64, {}), hi = operand(c, 3, ElementType::kF64, {});
-  Value flat = b.reshape(x, {n});
-  if (n > 0) {
-    Value xd = b.convert(flat, ElementType::kF64);
-    Value dmin = reduce(b, xd, {0}, "minimum", b.scalar(INFINITY, ElementType::kF64));
-    Value dmax = reduce(b, xd, {0}, "maximum", b.scalar(-INFINITY, ElementType::kF64));
-    Value same = b.compare(Cmp::EQ, lo, hi);
-    lo = b.select(same, dmin, lo);
-    hi = b.select(same, dmax, hi);
-  }
-  Value same = b.compare(Cmp::EQ, lo, hi);
-  lo = b.select(same, sub(b, lo, k(b, 1, lo)), lo);
-  hi = b.select(same, add(b, hi, k(b, 1, hi)), hi);
-  if (n == 0) return b.constant(0, Type{t, {bins}});
-  ElementType ct = compute_type(t);
-  Value lo_t = b.broadcast_to(b.convert(b.convert(lo, t), ct), {n}), hi_t = b.broadcast_to(b.convert(b.convert(hi, t), ct), {n});
-  Value xv = b.convert(flat, ct);
-  Value pos = div(b, mul(b, sub(b, xv, lo_t), k(b, static_cast<double>(bins), xv)), sub(b, hi_t, lo_t));
-  Value bin = b.convert(pos, ElementType::kS64);  // truncation
-  bin = b.select(b.compare(Cmp::EQ, bin, b.constant_i(bins, bin.type)), b.constant_i(bins - 1, bin.type), bin);
-  Value inside = andv(b, b.compare(Cmp::GE, xv, lo_t), b.compare(Cmp::LE, xv, hi_t));
-  bin = b.select(inside, bin, b.constant_i(-1, bin.type));
-  Type mt{ElementType::kS64, {n, bins}};
-  Value hit = b.compare(Cmp::EQ, b.broadcast_in_dim(bin, {n, bins}, {0}), b.iota(mt, 1));
-  Value counts = reduce_sum(b, b.convert(hit, ElementType::kS64), {0});
-  return b.convert(counts, t);
-}
-
 // ------------------------------------------------------------------------------------------- mode
 // mode(self, dim, keepdim) -> (values, indices): the smallest of the most frequent values and the last
 // index holding it (torch's CPU kernel on small rows); pairwise counting, for rows up to 2048 long.
@@ -1562,7 +1523,6 @@ const Rows rows = {
     {{"special_erfcx", "special_erfcx.out"}, [](Ctx& c) { return one(erfcx(c)); }},
     {{"index_reduce", "index_reduce_", "index_reduce.out"}, [](Ctx& c) { return one(index_reduce(c)); }},
     {{"nonzero_static", "nonzero_static.out"}, [](Ctx& c) { return one(nonzero_static(c)); }},
-    {{"histc", "histc.out"}, [](Ctx& c) { return one(histc(c)); }},
     {{"mode", "mode.values"}, mode},
     {{"bitwise_left_shift.Tensor", "bitwise_left_shift_.Tensor", "bitwise_left_shift.Tensor_out"}, [](Ctx& c) { return one(shift(c, true)); }},
     {{"bitwise_left_shift.Tensor_Scalar", "bitwise_left_shift_.Tensor_Scalar", "bitwise_left_shift.Tensor_Scalar_out"}, [](Ctx& c) { return one(shift(c, true)); }},

@@ -166,7 +166,48 @@ Value bcast_reduced(Builder& b, Value r, const Value& like_x, int64_t dim) {
   return b.broadcast_in_dim(r, like_x.dims(), kept);
 }
 
+// histc(self, bins, min, max): counts per equal-width bin, in the input's dtype; elements outside
+// [min, max] are not counted. min == max takes the data's range (widened by one each way when that is
+// empty too). The bin of x is (x - lo) * bins / (hi - lo), truncated, the top edge in the last bin:
+// for floats in the input's precision, every step rounded (half types too), as torch's CPU kernel; for integers in
+// int64 arithmetic, as its CUDA kernel (the CPU has none; Transformers' grouped_mm experts path counts
+// tokens per expert with an integer histc on every device but the CPU).
+Value histc(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  const ElementType t = x.elem();
+  const bool integral = !pjrt::is_float(t);
+  if (pjrt::is_complex(t) || t == ElementType::kPred) throw hlo::Error("histc: complex and bool inputs are not lowered");
+  const int64_t bins = c.i(1), n = x.type.numel();
+  if (bins <= 0) throw hlo::Error("histc: bins must be positive");
+  if (n == 0) return b.constant(0, Type{t, {bins}});
+  // the range, in the type the bins are computed in
+  const ElementType ct = integral ? ElementType::kS64 : t;
+  Value flat = b.convert(b.reshape(x, {n}), ct);
+  auto bound = [&](size_t k) { return b.convert(b.convert(c.t(k), t), ct); };  // as the kernel casts min/max
+  Value lo = bound(2), hi = bound(3);
+  Value same = b.compare(Cmp::EQ, lo, hi);
+  lo = b.select(same, reduce(b, flat, {0}, "minimum", highest(b, ct)), lo);
+  hi = b.select(same, reduce(b, flat, {0}, "maximum", lowest(b, ct)), hi);
+  same = b.compare(Cmp::EQ, lo, hi);
+  lo = b.select(same, b.binary("subtract", lo, scalar_like(b, 1, lo)), lo);
+  hi = b.select(same, b.binary("add", hi, scalar_like(b, 1, hi)), hi);
+  Value lo_n = b.broadcast_to(lo, {n}), hi_n = b.broadcast_to(hi, {n});
+  Value scaled = b.binary("multiply", b.binary("subtract", flat, lo_n), b.constant(static_cast<double>(bins), flat.type));
+  Value bin = b.convert(b.binary("divide", scaled, b.binary("subtract", hi_n, lo_n)), ElementType::kS64);
+  bin = b.select(b.compare(Cmp::EQ, bin, b.constant_i(bins, bin.type)), b.constant_i(bins - 1, bin.type), bin);
+  Value inside = b.binary("and", b.compare(Cmp::GE, flat, lo_n), b.compare(Cmp::LE, flat, hi_n));
+  bin = b.select(inside, bin, b.constant_i(bins, bin.type));  // the spill bin, dropped below
+  // scatter-add of ones: O(n), where a one-hot comparison would be O(n * bins)
+  Value counts = b.constant_i(0, Type{ElementType::kS64, {bins + 1}});
+  hlo::ScatterDims d{{}, {0}, {0}, 1};
+  counts = b.scatter(counts, b.reshape(bin, {n, 1}), b.constant_i(1, Type{ElementType::kS64, {n}}), d,
+                     [](Builder& bb, const V& a) { return V{bb.binary("add", a[0], a[1])}; });
+  return b.convert(b.slice(counts, {0}, {bins}, {1}), t);
+}
+
 const Rows rows = {
+    {{"histc", "histc.out"}, [](Ctx& c) { return one(histc(c)); }},
     {{"sum.dim_IntList", "sum.IntList_out"}, [](Ctx& c) { return one(sum_dims(c, 1)); }},
     {{"sum", "sum.out"}, [](Ctx& c) { return one(sum_dims(c, 99)); }},
     {{"mean.dim", "mean.out"}, [](Ctx& c) { return one(mean_dims(c, 1)); }},

@@ -101,3 +101,7 @@ def plugin_info():
 from . import accelerate_glue as _accelerate_glue  # noqa: E402  (Accelerate's disk offload onto "tpu")
 
 _accelerate_glue.install()
+
+from . import moe as _moe  # noqa: E402  (torch.ops.torch_pjrt.ragged_dot, Transformers' "ragged_dot" experts)
+
+_moe._install_transformers_hook()

@@ -1,0 +1,65 @@
+#include "aten/shape_rules.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+
+namespace torch_pjrt {
+namespace {
+
+// _grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None).
+// The layouts: 2D x 3D (rows of self in groups: the MoE forward), 3D x 2D (columns of mat2 in groups),
+// 2D x 2D (the contraction in groups: the weight gradient, one result per group), 3D x 3D (a bmm).
+// The CPU's checks, without its 16-byte stride rule (a kernel constraint, not a semantic one).
+void grouped_mm(torch::jit::Stack& s) {
+  const at::Tensor a = s[0].toTensor(), b = s[1].toTensor();
+  std::optional<at::Tensor> offs;
+  if (!s[2].isNone()) offs = s[2].toTensor();
+  const bool has_bias = !s[3].isNone();
+  std::optional<at::ScalarType> out_dtype;
+  if (!s[4].isNone()) out_dtype = static_cast<at::ScalarType>(s[4].toInt());
+  auto float_type = [](at::ScalarType t) {
+    return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+  };
+  TORCH_CHECK(float_type(a.scalar_type()), "Expected mat_a to be Float32, BFloat16 or Float16 matrix, got ",
+              a.scalar_type());
+  TORCH_CHECK(float_type(b.scalar_type()), "Expected mat_b to be Float32, BFloat16 or Float16 matrix, got ",
+              b.scalar_type());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ",
+              a.scalar_type(), " != ", b.scalar_type());
+  TORCH_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3),
+              "Multiplicands must be 2D or 3D but got mat_a.dim()=", a.dim(), " and mat_b.dim()=", b.dim());
+  const bool a2 = a.dim() == 2, b2 = b.dim() == 2;
+  TORCH_CHECK(a.size(-1) == b.size(-2), "contraction dimension of mat_a and mat_b must match");
+  TORCH_CHECK((a2 || b2) == offs.has_value(),
+              "Have to provide offsets if there is a 2d matrix, or no offset if both matrices are 3d");
+  if (offs) {
+    TORCH_CHECK(offs->dim() == 1, "Offsets tensor must be 1D, but got offs.dim()=", offs->dim());
+    TORCH_CHECK(offs->scalar_type() == at::kInt, "Offsets have to be int32");
+  }
+  TORCH_CHECK(!has_bias, "Bias not supported yet");
+  TORCH_CHECK(!out_dtype || *out_dtype == a.scalar_type(), "Grouped gemm output dtype must match `mat_a` dtype");
+  std::vector<int64_t> size;
+  if (a2 && b2) {
+    size = {offs->size(0), a.size(0), b.size(1)};
+  } else if (a2) {
+    TORCH_CHECK(offs->size(0) == b.size(0), "matrix batch sizes have to match");
+    size = {a.size(0), b.size(-1)};
+  } else if (b2) {
+    TORCH_CHECK(offs->size(0) == a.size(0), "matrix batch sizes have to match");
+    size = {a.size(1), b.size(1)};
+  } else {
+    TORCH_CHECK(a.size(0) == b.size(0), "batched dimension has to match");
+    size = {a.size(0), a.size(1), b.size(-1)};
+  }
+  torch::jit::drop(s, 5);
+  s.emplace_back(at::empty(size, a.options().device(c10::kMeta)));
+}
+
+}  // namespace
+
+ShapeRule shape_rule(const std::string& name, const std::string& overload) {
+  if (name == "aten::_grouped_mm" && overload.empty()) return grouped_mm;
+  return nullptr;
+}
+
+}  // namespace torch_pjrt

@@ -1,0 +1,19 @@
+// Shape inference for ops whose torch meta kernel is narrower than the op itself. aten::_grouped_mm's
+// meta kernel accepts bfloat16 only (it mirrors the CUDA kernel), while torch's CPU kernel and our row
+// take float32, bfloat16 and float16. A rule stands in for the meta call of the functional overload:
+// it checks the arguments as the CPU does (raising its errors) and leaves the results, as meta
+// tensors, on the stack.
+#pragma once
+
+#include <ATen/core/stack.h>
+
+#include <string>
+
+namespace torch_pjrt {
+
+using ShapeRule = void (*)(torch::jit::Stack&);
+
+// The rule for an operator ("aten::_grouped_mm", overload name ""), or nullptr: run it on meta tensors.
+ShapeRule shape_rule(const std::string& name, const std::string& overload);
+
+}  // namespace torch_pjrt

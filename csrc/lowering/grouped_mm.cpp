@@ -1,0 +1,139 @@
+// Grouped (ragged) matrix products: aten::_grouped_mm, what Transformers' grouped_mm experts path and
+// torch_pjrt's ragged_dot call. A group is a contiguous run of rows (or of the contraction) delimited by
+// cumulative offsets: offs[g] ends group g, group 0 starts at 0. Rows past offs[-1] are zero (torch's
+// CPU kernel leaves them unwritten).
+//
+// XLA:CPU does not compile chlo.ragged_dot (xla-cpu-pjrt 0.0.1: "HLO opcode `ragged-dot` is not
+// supported by XLA:CPU ThunkEmitter"), so the lowering is a static-shape loop on the device: for each
+// group, for each tile of T rows of it, one dot with that group's weights, masked to the group's rows
+// and written into place. No host sync, no data-dependent shapes, and the weights of empty groups are
+// never read: the work follows the routing, as a ragged dot does.
+#include "lowering/helpers.h"
+
+namespace lowering {
+namespace {
+
+using V = std::vector<Value>;
+using hlo::Cmp;
+
+constexpr ElementType kIdx = ElementType::kS32;
+
+Value idx(Builder& b, int64_t v) { return b.scalar_i(v, kIdx); }
+Value at(Builder& b, Value vec, Value i) { return b.reshape(b.dynamic_slice(vec, {i}, {1}), {}); }
+Value min(Builder& b, Value x, Value y) { return b.binary("minimum", x, y); }
+Value max(Builder& b, Value x, Value y) { return b.binary("maximum", x, y); }
+
+// Rows per tile: about twice the mean group size, a power of two from 4 to 128, at most `rows`. Decode
+// (a few rows per expert) gets small tiles, prefill large ones; a larger group takes several tiles.
+int64_t tile_rows(int64_t rows, int64_t groups) {
+  int64_t mean = (rows + groups - 1) / groups, t = 4;
+  while (t < 2 * mean && t < 128) t *= 2;
+  return std::min(t, rows);
+}
+
+// [starts, ends) of every group (s32[G] each), ends clamped to `rows` and starts to their ends.
+std::pair<Value, Value> group_bounds(Builder& b, Value offs, int64_t rows) {
+  const int64_t g = offs.dims()[0];
+  Value ends = b.convert(offs, kIdx);
+  ends = b.clamp(b.constant_i(0, ends.type), ends, b.constant_i(rows, ends.type));
+  Value starts = b.concatenate({b.constant_i(0, Type{kIdx, {1}}), b.slice(ends, {0}, {g - 1}, {1})}, 0);
+  return {min(b, starts, ends), ends};
+}
+
+// Loops over groups g and tiles of T rows within each: `tile(b, g, s, keep, acc)` returns the new
+// accumulator for the tile starting at row s (clamped so the tile fits; `keep` (pred[T]) marks the
+// rows of the tile that belong to group g and were not done by an earlier tile).
+template <class Tile>
+Value for_each_tile(Builder& b, Value offs, int64_t rows, int64_t t, Value acc, const V& extra, Tile tile) {
+  auto [starts, ends] = group_bounds(b, offs, rows);
+  const int64_t groups = offs.dims()[0];
+  V state{idx(b, 0), starts, ends, acc};
+  state.insert(state.end(), extra.begin(), extra.end());
+  V done = b.while_loop(
+      state, [&](Builder& bb, const V& s) { return V{bb.compare(Cmp::LT, s[0], idx(bb, groups))}; },
+      [&](Builder& bb, const V& s) {
+        Value g = s[0];
+        V inner{at(bb, s[1], g), at(bb, s[2], g), g, s[3]};
+        inner.insert(inner.end(), s.begin() + 4, s.end());
+        V r = bb.while_loop(
+            inner, [&](Builder& b2, const V& q) { return V{b2.compare(Cmp::LT, q[0], q[1])}; },
+            [&](Builder& b2, const V& q) {
+              Value r0 = q[0], hi = q[1];
+              Value start = min(b2, r0, idx(b2, rows - t));
+              Value row = b2.binary("add", b2.broadcast_in_dim(start, {t}, {}), b2.iota(Type{kIdx, {t}}, 0));
+              Value keep = b2.binary("and", b2.compare(Cmp::GE, row, b2.broadcast_in_dim(r0, {t}, {})),
+                                     b2.compare(Cmp::LT, row, b2.broadcast_in_dim(hi, {t}, {})));
+              V x(q.begin() + 4, q.end());
+              Value next = tile(b2, q[2], start, keep, q[3], x);
+              V out{b2.binary("add", r0, idx(b2, t)), hi, q[2], next};
+              out.insert(out.end(), x.begin(), x.end());
+              return out;
+            });
+        V out{bb.binary("add", g, idx(bb, 1)), s[1], s[2], r[3]};
+        out.insert(out.end(), s.begin() + 4, s.end());
+        return out;
+      });
+  return done[3];
+}
+
+// x[M,K] with rows in groups times w[G,K,N] -> [M,N] in `acc`: row m of group g is x[m] @ w[g].
+Value ragged_rows(Builder& b, Value x, Value w, Value offs, ElementType acc) {
+  const int64_t m = x.dims()[0], k = x.dims()[1], n = w.dims()[2];
+  Value out = b.constant(0, Type{acc, {m, n}});
+  if (m == 0 || w.dims()[0] == 0 || k == 0) return out;
+  const int64_t t = tile_rows(m, w.dims()[0]);
+  return for_each_tile(b, offs, m, t, out, {x, w}, [&](Builder& bb, Value g, Value s, Value keep, Value o, const V& xw) {
+    Value z = idx(bb, 0);
+    Value xt = bb.dynamic_slice(xw[0], {s, z}, {t, k});
+    Value wg = bb.reshape(bb.dynamic_slice(xw[1], {g, z, z}, {1, k, n}), {k, n});
+    Value y = bb.dot_general(xt, wg, {}, {}, {1}, {0}, acc);
+    Value old = bb.dynamic_slice(o, {s, z}, {t, n});
+    return bb.dynamic_update_slice(o, bb.select(bb.broadcast_in_dim(keep, {t, n}, {0}), y, old), {s, z});
+  });
+}
+
+// a[P,K] times b[K,N] with the contraction in groups -> [G,P,N] in `acc`: result g sums the products
+// over group g's part of K (the weight gradient of ragged_rows). Empty groups give zeros.
+Value ragged_contraction(Builder& b, Value a, Value y, Value offs, ElementType acc) {
+  const int64_t p = a.dims()[0], k = a.dims()[1], n = y.dims()[1], groups = offs.dims()[0];
+  Value out = b.constant(0, Type{acc, {groups, p, n}});
+  if (k == 0 || groups == 0 || p == 0 || n == 0) return out;
+  const int64_t t = tile_rows(k, groups);
+  return for_each_tile(b, offs, k, t, out, {a, y}, [&](Builder& bb, Value g, Value s, Value keep, Value o, const V& ay) {
+    Value z = idx(bb, 0);
+    Value at_ = bb.dynamic_slice(ay[0], {z, s}, {p, t});
+    Value yt = bb.dynamic_slice(ay[1], {s, z}, {t, n});
+    // zero both sides outside the group, so that inf or NaN there cannot leak in as 0 * inf
+    at_ = bb.select(bb.broadcast_in_dim(keep, {p, t}, {1}), at_, like(bb, 0, at_));
+    yt = bb.select(bb.broadcast_in_dim(keep, {t, n}, {0}), yt, like(bb, 0, yt));
+    Value d = bb.reshape(bb.dot_general(at_, yt, {}, {}, {1}, {0}, acc), {1, p, n});
+    Value old = bb.dynamic_slice(o, {g, z, z}, {1, p, n});
+    return bb.dynamic_update_slice(o, bb.binary("add", old, d), {g, z, z});
+  });
+}
+
+// _grouped_mm(self, mat2, offs, bias, out_dtype): shapes and argument checks come from
+// aten/shape_rules.cpp (torch's meta kernel takes bfloat16 only).
+Value grouped_mm(Ctx& c) {
+  Builder& b = c.b;
+  if (c.has(3)) throw hlo::Error("_grouped_mm: bias is not supported");
+  const ElementType t = c.t(0).elem(), acc = accumulation_type(c.out_type());
+  Value x = c.t(0), w = c.t(1);
+  const bool x2 = x.rank() == 2, w2 = w.rank() == 2;
+  if (x2 && w2) return ragged_contraction(b, x, w, c.t(2), acc);
+  if (x2) return ragged_rows(b, x, w, c.t(2), acc);
+  if (w2) {
+    // columns of mat2 in groups: the transpose of ragged rows, mat2^T [N,K] times self^T [G,K,M]
+    Value r = ragged_rows(b, b.transpose(w, {1, 0}), b.transpose(x, {0, 2, 1}), c.t(2), acc);
+    return b.transpose(r, {1, 0});
+  }
+  (void)t;
+  return b.dot_general(x, w, {0}, {0}, {2}, {1}, acc);
+}
+
+const Rows rows = {
+    {{"_grouped_mm"}, [](Ctx& c) { return V{grouped_mm(c)}; }},
+};
+
+}  // namespace
+}  // namespace lowering

@@ -1,0 +1,239 @@
+"""Mixture of experts on "tpu": integer histc, aten::_grouped_mm (every layout, forward and backward),
+torch.ops.torch_pjrt.ragged_dot (reference, gradients, edge cases, torch.compile tracing) and the
+Transformers experts implementations (eager, grouped_mm, batched_mm, ragged_dot) on tiny Qwen3-MoE
+and Mixtral models, all against the CPU, with no CPU fallback (conftest sets the policy to error)."""
+
+import copy
+import os
+
+import pytest
+import torch
+
+import torch_pjrt
+import torch_pjrt.moe  # noqa: F401  (defines torch.ops.torch_pjrt.ragged_dot)
+from compare import check
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def ref_ragged_dot(x, w, sizes):
+    """The loop a ragged dot stands for, in plain differentiable torch ops; rows past the groups are 0."""
+    rows, start = [], 0
+    for g, n in enumerate(sizes.tolist()):
+        rows.append(x[start : start + n] @ w[g])
+        start += n
+    rows.append(x[start:] @ torch.zeros_like(w[0]))
+    return torch.cat(rows)
+
+
+# ------------------------------------------------------------------------------------------------ histc
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_histc_integer(dtype):
+    x = torch.tensor([0, 3, 5, 7, 7, 2, 9, 1, 0, 12], dtype=dtype)
+    for bins, lo, hi in [(8, 0, 7), (3, 0, 10), (5, 2, 9), (4, 0, 0), (2, 5, 5)]:
+        got = torch.histc(x.to("tpu"), bins=bins, min=lo, max=hi).cpu()
+        # torch's CUDA kernel (the CPU has no integer histc): int64 arithmetic, the top edge in the last bin
+        v = x.long()
+        if lo == hi:
+            lo, hi = int(v.min()), int(v.max())
+            if lo == hi:
+                lo, hi = lo - 1, hi + 1
+        inside = (v >= lo) & (v <= hi)
+        b = ((v[inside] - lo) * bins).div(hi - lo, rounding_mode="trunc").clamp(max=bins - 1)
+        want = torch.bincount(b, minlength=bins).to(dtype)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, want, msg=f"bins={bins} min={lo} max={hi}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_histc_float(dtype):
+    x = torch.randn(300).to(dtype)
+    for bins, lo, hi in [(10, -1.0, 1.0), (7, 0.0, 0.0), (4, 0.5, 0.5)]:
+        check(lambda t: torch.histc(t, bins=bins, min=lo, max=hi), x)
+
+
+# ------------------------------------------------------------------------------------------- _grouped_mm
+def offsets(sizes):
+    return torch.tensor(sizes, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_mm_2d_3d(dtype):
+    # an empty group, a large group, and two rows past the last offset
+    x, w = torch.randn(14, 16).to(dtype), torch.randn(4, 16, 8).to(dtype)
+    offs = offsets([3, 0, 7, 2])
+    got = torch._grouped_mm(x.to("tpu"), w.to("tpu"), offs=offs.to("tpu")).cpu()
+    want = torch._grouped_mm(x, w, offs=offs)
+    tol = {} if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(got[:12], want[:12], **tol)
+    assert (got[12:] == 0).all()  # the CPU leaves these rows unwritten
+    # the weight as a transposed view (what Transformers passes)
+    wt = torch.randn(4, 8, 16).to(dtype)
+    check(lambda a, b, o: torch._grouped_mm(a, b.transpose(1, 2), offs=o)[:12], x, wt, offs, **tol)
+
+
+def test_grouped_mm_other_layouts():
+    a, b = torch.randn(8, 12), torch.randn(12, 16)
+    check(lambda a, b, o: torch._grouped_mm(a, b, offs=o), a, b, offsets([5, 0, 7]))  # 2D x 2D
+    a3, b2 = torch.randn(3, 8, 12), torch.randn(12, 16)
+    check(lambda a, b, o: torch._grouped_mm(a, b, offs=o), a3, b2, offsets([4, 4, 8]))  # 3D x 2D
+    check(lambda a, b: torch._grouped_mm(a, b), a3, torch.randn(3, 12, 4))  # 3D x 3D
+
+
+def test_grouped_mm_backward():
+    x, w, offs = torch.randn(12, 16), torch.randn(3, 16, 8), offsets([4, 0, 8])
+
+    def f(x, w, o):
+        x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = torch._grouped_mm(x, w, offs=o)
+        y.backward(torch.ones_like(y))
+        return y, x.grad, w.grad
+
+    check(f, x, w, offs)
+
+
+def test_grouped_mm_bad_input():
+    x, w = torch.randn(4, 8, device="tpu"), torch.randn(2, 8, 4, device="tpu")
+    with pytest.raises(RuntimeError, match="int32"):
+        torch._grouped_mm(x, w, offs=torch.tensor([2, 4], device="tpu"))
+    with pytest.raises(RuntimeError, match="contraction dimension"):
+        torch._grouped_mm(x, torch.randn(2, 4, 4, device="tpu"), offs=torch.tensor([2, 4], dtype=torch.int32, device="tpu"))
+    with pytest.raises(RuntimeError, match="Have to provide offsets"):
+        torch._grouped_mm(x, w)
+
+
+# -------------------------------------------------------------------------------------------- ragged_dot
+@pytest.mark.parametrize(
+    "sizes",
+    [[3, 0, 5, 2], [0, 0, 0, 0], [10, 0, 0, 0], [0, 0, 0, 7], [1, 1, 1, 1]],
+    ids=["mixed", "all_empty", "one_group", "last_only", "short"],
+)
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_ragged_dot_matches_loop_with_gradients(sizes, device):
+    # M = 10 rows; sizes summing to less than M leave zero rows at the end
+    x, w = torch.randn(10, 16), torch.randn(4, 16, 8)
+    gs = torch.tensor(sizes, dtype=torch.int32)
+    dy = torch.randn(10, 8)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    want = ref_ragged_dot(xr, wr, gs)
+    want.backward(dy)
+    xd, wd = x.to(device).requires_grad_(), w.to(device).requires_grad_()
+    got = torch.ops.torch_pjrt.ragged_dot(xd, wd, gs.to(device))
+    got.backward(dy.to(device))
+    assert got.device.type == device
+    torch.testing.assert_close(got.cpu(), want.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(xd.grad.cpu(), xr.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(wd.grad.cpu(), wr.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_ragged_dot_bfloat16():
+    x, w, gs = torch.randn(9, 32), torch.randn(3, 32, 16), torch.tensor([2, 4, 3], dtype=torch.int32)
+    want = ref_ragged_dot(x, w, gs)  # float32
+    got = torch.ops.torch_pjrt.ragged_dot(x.bfloat16().to("tpu"), w.bfloat16().to("tpu"), gs.to("tpu"))
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float().cpu(), ref_ragged_dot(x.bfloat16().float(), w.bfloat16().float(), gs),
+                               atol=3e-2, rtol=1e-2)
+    assert (got.float().cpu() - want).abs().max() < 0.5
+
+
+def test_ragged_dot_bad_input():
+    with pytest.raises(RuntimeError, match="ragged_dot"):
+        torch.ops.torch_pjrt.ragged_dot(torch.randn(4, 8), torch.randn(2, 6, 4), torch.tensor([2, 2], dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="ragged_dot"):
+        torch.ops.torch_pjrt.ragged_dot(torch.randn(4, 8, device="tpu"), torch.randn(2, 8, 4, device="tpu"),
+                                        torch.tensor([2.0, 2.0], device="tpu"))
+
+
+def test_ragged_dot_traces_under_compile():
+    torch._dynamo.reset()
+    x, w, gs = torch.randn(6, 8), torch.randn(2, 8, 4), torch.tensor([2, 3], dtype=torch.int32)
+    f = torch.compile(lambda x, w, g: torch.ops.torch_pjrt.ragged_dot(x, w, g) * 2, backend="eager", fullgraph=True)
+    torch.testing.assert_close(f(x, w, gs), ref_ragged_dot(x, w, gs) * 2)
+
+
+# ------------------------------------------------------------------------------------ Transformers models
+transformers = pytest.importorskip("transformers")
+
+IMPLEMENTATIONS = ["eager", "grouped_mm", "batched_mm", "ragged_dot"]
+
+
+def tiny_config(kind):
+    common = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                  num_experts_per_tok=2)
+    if kind == "qwen3_moe":
+        return transformers.Qwen3MoeConfig(num_experts=8, moe_intermediate_size=32, head_dim=16,
+                                           norm_topk_prob=True, **common)
+    return transformers.MixtralConfig(num_local_experts=4, **common)
+
+
+@pytest.fixture(scope="module", params=["qwen3_moe", "mixtral"])
+def tiny_model(request):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config(request.param), attn_implementation="eager")
+    return model.eval()
+
+
+def test_ragged_dot_is_registered():
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    assert ALL_EXPERTS_FUNCTIONS["ragged_dot"] is torch_pjrt.moe.ragged_dot_experts_forward
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_experts_implementations_match_cpu(tiny_model, dtype):
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(1))
+    model = copy.deepcopy(tiny_model).to(dtype)
+    model.set_experts_implementation("eager")
+    with torch.no_grad():
+        want = model(ids).logits.float()
+        dev = model.to("tpu")
+        for impl in IMPLEMENTATIONS:
+            dev.set_experts_implementation(impl)
+            got = dev(ids.to("tpu")).logits.float().cpu()
+            tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+            torch.testing.assert_close(got, want, **tol, msg=lambda m: f"{impl}: {m}")
+
+
+def test_greedy_tokens_match_cpu(tiny_model):
+    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(2))
+    model = copy.deepcopy(tiny_model)
+    model.set_experts_implementation("eager")
+    kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        dev = model.to("tpu")
+        for impl in IMPLEMENTATIONS:
+            dev.set_experts_implementation(impl)
+            got = dev.generate(ids.to("tpu"), **kw).cpu()
+            assert torch.equal(got, want), impl
+
+
+def test_from_pretrained_with_ragged_dot(tmp_path):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config("qwen3_moe"), attn_implementation="eager")
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, experts_implementation="ragged_dot", attn_implementation="eager")
+    assert loaded.config._experts_implementation == "ragged_dot"
+    ids = torch.randint(0, 256, (1, 5))
+    with torch.no_grad():
+        want = model(ids).logits
+        torch.testing.assert_close(loaded(ids).logits, want, atol=1e-5, rtol=1e-5)  # the CPU reference
+        torch.testing.assert_close(loaded.to("tpu")(ids.to("tpu")).logits.cpu(), want, atol=1e-4, rtol=1e-4)
+
+
+def test_ragged_dot_experts_training_step():
+    """Gradients through the ragged_dot experts (router, x and both expert weights) match the eager loop."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config("qwen3_moe"), attn_implementation="eager")
+    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(3))
+    model.set_experts_implementation("eager")
+    model(ids, labels=ids).loss.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    dev = model.to("tpu")
+    dev.set_experts_implementation("ragged_dot")
+    dev(ids.to("tpu"), labels=ids.to("tpu")).loss.backward()
+    for n, p in dev.named_parameters():
+        if n in want:
+            torch.testing.assert_close(p.grad.cpu(), want[n], atol=1e-4, rtol=1e-3, msg=lambda m: f"{n}: {m}")
