@@ -27,6 +27,7 @@
 #include "aten/fallback.h"
 #include "aten/generator.h"
 #include "aten/shape_rules.h"
+#include "aten/row_args.h"
 #include "aten/storage.h"
 #include "lowering/table.h"
 
@@ -36,53 +37,9 @@ namespace {
 using lowering::Arg;
 using pjrt::ElementType;
 
-enum class Kind : uint8_t {
-  kTensor,
-  kTensorList,     // Tensor[] and Tensor?[]
-  kScalar,
-  kScalarList,
-  kInt,
-  kIntList,
-  kDouble,
-  kBool,
-  kString,
-  kDtype,
-  kIgnored,        // Layout, MemoryFormat, Device, Generator: no effect on the program
-  kDevice,
-};
-
-Kind kind_of(const c10::TypePtr& type) {
-  c10::TypePtr t = type;
-  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
-  switch (t->kind()) {
-    case c10::TypeKind::TensorType: return Kind::kTensor;
-    case c10::TypeKind::NumberType: return Kind::kScalar;
-    case c10::TypeKind::IntType:
-    case c10::TypeKind::SymIntType: return Kind::kInt;
-    case c10::TypeKind::FloatType: return Kind::kDouble;
-    case c10::TypeKind::BoolType: return Kind::kBool;
-    case c10::TypeKind::StringType: return Kind::kString;
-    case c10::TypeKind::ScalarTypeType: return Kind::kDtype;
-    case c10::TypeKind::DeviceObjType: return Kind::kDevice;
-    case c10::TypeKind::ListType: {
-      c10::TypePtr e = t->cast<c10::ListType>()->getElementType();
-      if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
-      if (e->kind() == c10::TypeKind::TensorType) return Kind::kTensorList;
-      if (e->kind() == c10::TypeKind::NumberType) return Kind::kScalarList;
-      return Kind::kIntList;
-    }
-    default: return Kind::kIgnored;
-  }
-}
+using Kind = ArgKind;
 
 enum Tag : int64_t { kNoneTag = -1, kTensorTag = -2, kCpuScalarTag = -3, kScalarTag = -4, kListTag = -5 };
-
-int64_t scalar_kind(const c10::Scalar& s) {
-  if (s.isComplex()) return static_cast<int64_t>(ElementType::kC128);
-  if (s.isFloatingPoint()) return static_cast<int64_t>(ElementType::kF64);
-  if (s.isBoolean()) return static_cast<int64_t>(ElementType::kPred);
-  return static_cast<int64_t>(ElementType::kS64);
-}
 
 // Where a program argument comes from at run time.
 struct Source {
@@ -123,19 +80,6 @@ struct Return {
   int index;         // argument index, or functional result index
   bool is_list;
 };
-
-// An element of an int[], SymInt[], bool[] or float[] argument as a key word / lowering int.
-int64_t list_item(const c10::IValue& e) {
-  if (e.isInt()) return e.toInt();
-  if (e.isBool()) return e.toBool();
-  if (e.isDouble()) {
-    double d = e.toDouble();
-    int64_t bits;
-    std::memcpy(&bits, &d, sizeof bits);
-    return bits;
-  }
-  return e.toSymInt().guard_int(__FILE__, __LINE__);
-}
 
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -515,13 +459,14 @@ class TableKernel final : public c10::OperatorKernel {
       entry.sources.push_back(src);
       return v;
     };
-    auto tensor_arg = [&](const at::Tensor& t, int index, int item, bool in_list) -> Arg {
+    ArgSources sources;
+    sources.tensor = [&](const at::Tensor& t, int index, int item) -> Arg {
       Arg a;
-      if (!t.defined()) return a;
       a.kind = Arg::kTensor;
       if (t.device().type() != c10::DeviceType::PrivateUse1) {
         a.value = add_input(element_type(t.scalar_type()),
-                            {in_list ? Source::kCpuListItem : Source::kCpuTensor, index, item, ElementType::kInvalid});
+                            {item >= 0 ? Source::kCpuListItem : Source::kCpuTensor, index, std::max(item, 0),
+                             ElementType::kInvalid});
         a.weak = t.unsafeGetTensorImpl()->is_wrapped_number();
         return a;
       }
@@ -529,89 +474,13 @@ class TableKernel final : public c10::OperatorKernel {
       a.value = lowering::read_view(b, slot_values[s], forms[s], view_form(t));
       return a;
     };
+    sources.scalar = [&](ElementType type, const c10::Scalar&, int index, int item) {
+      return add_input(type, {item >= 0 ? Source::kScalarListItem : Source::kScalarArg, index, std::max(item, 0),
+                              ElementType::kInvalid});
+    };
     lowering::Ctx ctx{b, {}, outs, {}, {}};
-    const bool bake = row_->flags & lowering::kBakeScalars;
-    for (size_t i = 0; i < functional_args_; ++i) {
-      const c10::IValue& v = stack[base + i];
-      Arg a;
-      if (v.isNone()) {
-        ctx.args.push_back(a);
-        continue;
-      }
-      switch (kinds_[i]) {
-        case Kind::kTensor: a = tensor_arg(v.toTensor(), static_cast<int>(i), 0, false); break;
-        case Kind::kTensorList: {
-          a.kind = Arg::kTensorList;
-          std::vector<at::Tensor> items;
-          if (v.isTensorList()) {
-            for (const at::Tensor& t : v.toTensorList()) items.push_back(t);
-          } else {
-            for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) items.push_back(t ? *t : at::Tensor());
-          }
-          for (size_t k = 0; k < items.size(); ++k)
-            a.list.push_back(tensor_arg(items[k], static_cast<int>(i), static_cast<int>(k), true).value);
-          break;
-        }
-        case Kind::kScalar: {
-          c10::Scalar sc = v.toScalar();
-          a.kind = Arg::kScalar;
-          a.weak = true;
-          a.scalar_type = static_cast<ElementType>(scalar_kind(sc));
-          if (bake) {
-            a.d = sc.isComplex() ? sc.toComplexDouble().real() : sc.toDouble();
-            { auto z = sc.toComplexDouble(); a.c = std::complex<double>(z.real(), z.imag()); }
-            if (sc.isIntegral(false)) a.i = sc.toLong();
-            if (sc.isBoolean()) a.i = sc.toBool();
-          } else {
-            a.value = add_input(a.scalar_type, {Source::kScalarArg, static_cast<int>(i), 0, ElementType::kInvalid});
-          }
-          break;
-        }
-        case Kind::kScalarList: {
-          a.kind = Arg::kTensorList;
-          a.weak = true;
-          auto list = v.toListRef();
-          for (size_t k = 0; k < list.size(); ++k) {
-            ElementType t = static_cast<ElementType>(scalar_kind(list[k].toScalar()));
-            a.list.push_back(add_input(t, {Source::kScalarListItem, static_cast<int>(i), static_cast<int>(k), t}));
-          }
-          break;
-        }
-        case Kind::kInt:
-          a.kind = Arg::kInt;
-          a.i = v.toInt();
-          break;
-        case Kind::kBool:
-          a.kind = Arg::kBool;
-          a.i = v.toBool();
-          break;
-        case Kind::kDtype:
-          a.kind = Arg::kDtype;
-          a.scalar_type = element_type(static_cast<at::ScalarType>(v.toInt()));
-          break;
-        case Kind::kIntList: {
-          a.kind = Arg::kInts;
-          for (const auto& e : v.toListRef()) a.ints.push_back(list_item(e));
-          break;
-        }
-        case Kind::kDouble:
-          if (row_->flags & lowering::kRuntimeFloats) {
-            a.kind = Arg::kScalar;
-            a.scalar_type = ElementType::kF64;
-            a.value = add_input(ElementType::kF64, {Source::kScalarArg, static_cast<int>(i), 0, ElementType::kInvalid});
-            break;
-          }
-          a.kind = Arg::kDouble;
-          a.d = v.toDouble();
-          break;
-        case Kind::kString:
-          a.kind = Arg::kString;
-          a.s = v.toStringRef();
-          break;
-        default: break;
-      }
-      ctx.args.push_back(std::move(a));
-    }
+    for (size_t i = 0; i < functional_args_; ++i)
+      ctx.args.push_back(row_arg(stack[base + i], kinds_[i], row_->flags, static_cast<int>(i), sources));
     if (row_->flags & lowering::kRandom) {
       ctx.rng_state = b.arg(hlo::Type{ElementType::kU64, {2}});
       in_specs.push_back({ElementType::kU64, {2}});
@@ -620,15 +489,7 @@ class TableKernel final : public c10::OperatorKernel {
 
     // 3. Lower, then convert results to the types shape inference promised.
     std::vector<hlo::Value> results = row_->fn(ctx);
-    if (results.size() != outs.size())
-      throw hlo::Error(name_ + ": lowering returned " + std::to_string(results.size()) + " results, expected " +
-                       std::to_string(outs.size()));
-    for (size_t r = 0; r < results.size(); ++r) {
-      if (outs[r].type == ElementType::kInvalid) continue;
-      if (results[r].dims() != outs[r].dims)
-        throw hlo::Error(name_ + ": lowering produced " + results[r].type.str() + ", expected " + outs[r].str());
-      results[r] = b.convert(results[r], outs[r].type);
-    }
+    convert_results(b, results, outs, name_);
 
     // 4. Outputs: new tensors (functional), or new bases for written storages (in-place, out=).
     std::vector<hlo::Value> program_outputs;

@@ -1,0 +1,219 @@
+#include "aten/graph.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <unordered_map>
+
+#include "aten/errors.h"
+#include "aten/execution.h"
+#include "aten/generator.h"
+#include "aten/program.h"
+#include "aten/row_args.h"
+#include "aten/storage.h"
+#include "lowering/table.h"
+
+namespace torch_pjrt {
+namespace {
+
+const std::unordered_map<std::string, const lowering::Row*>& rows_by_overload() {
+  static const auto* m = [] {
+    auto* r = new std::unordered_map<std::string, const lowering::Row*>;
+    for (const auto& row : lowering::table())
+      for (const auto& o : row.overloads) r->emplace(o, &row);
+    return r;
+  }();
+  return *m;
+}
+
+pjrt::TensorSpec spec_of(const OutSpec& o) {
+  if (!o.defined) return {pjrt::ElementType::kInvalid, {}};
+  return {element_type(o.dtype), o.sizes};
+}
+
+hlo::Value scalar_constant(hlo::Builder& b, pjrt::ElementType type, const c10::Scalar& v) {
+  switch (type) {
+    case pjrt::ElementType::kS64: return b.scalar_i(v.toLong(), type);
+    case pjrt::ElementType::kPred: return b.scalar_i(v.toBool() ? 1 : 0, type);
+    case pjrt::ElementType::kF64: return b.scalar(v.toDouble(), type);
+    default: throw hlo::Error("complex Python numbers in a compiled graph are not supported");
+  }
+}
+
+// The input as a dense buffer of exactly `spec` (its storage's base when that already is one).
+pjrt::BufferPtr dense_input(const at::Tensor& t, const pjrt::TensorSpec& spec) {
+  TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "torch.compile(backend=\"tpu\"): graph input on ",
+              t.device(), " where a tpu tensor was expected");
+  const StorageHandle& h = handle_of(t);
+  raise_if_poisoned(h);
+  lowering::BaseForm form = base_form(t.storage());
+  lowering::ViewForm view = view_form(t);
+  if (h.buffer && form.elem == view.elem && view.elem == spec.type && view.offset == 0 && view.contiguous() &&
+      h.buffer->dims() == spec.dims && !view.conj && !view.neg) {
+    return h.buffer;
+  }
+  std::vector<const pjrt::Buffer*> in;
+  if (h.buffer) in.push_back(h.buffer.get());
+  return run_program("materialize_graph_input", h.device, in,
+                     [&](hlo::Builder& b, const std::vector<hlo::Value>& a) {
+                       hlo::Value base = a.empty() ? hlo::Value{} : a[0];
+                       return std::vector<hlo::Value>{lowering::read_view(b, base, form, view)};
+                     })[0];
+}
+
+}  // namespace
+
+const hlo::Value& GraphBuilder::value(int id) const {
+  TORCH_CHECK(id >= 0 && id < static_cast<int>(values_.size()) && values_[id].valid(), "graph value ", id,
+              " is undefined");
+  return values_[id];
+}
+
+int GraphBuilder::input(at::ScalarType dtype, const std::vector<int64_t>& sizes) {
+  pjrt::TensorSpec spec{element_type(dtype), sizes};
+  inputs_.push_back({false, static_cast<int>(num_tensor_inputs_++), spec});
+  return add(b_.arg(hlo::Type{spec.type, spec.dims}));
+}
+
+bool GraphBuilder::has_row(const std::string& overload) { return rows_by_overload().count(overload) > 0; }
+
+std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::jit::Stack& args,
+                                     const std::vector<int>& tensor_ids, const std::vector<OutSpec>& outs) {
+  auto it = rows_by_overload().find(overload);
+  TORCH_CHECK(it != rows_by_overload().end(), "no lowering row for aten::", overload);
+  const lowering::Row& row = *it->second;
+  auto dot = overload.find('.');
+  const auto& schema = c10::Dispatcher::singleton()
+                           .findSchemaOrThrow(("aten::" + overload.substr(0, dot)).c_str(),
+                                              dot == std::string::npos ? "" : overload.substr(dot + 1).c_str())
+                           .schema();
+  TORCH_CHECK(args.size() <= schema.arguments().size(), "aten::", overload, ": ", args.size(), " arguments for ",
+              schema.arguments().size());
+  size_t next_tensor = 0;
+  ArgSources sources;
+  sources.tensor = [&](const at::Tensor& t, int, int) {
+    lowering::Arg a;
+    a.kind = lowering::Arg::kTensor;
+    if (t.device().is_cpu()) {  // a Python number where the schema takes a Tensor (add.Tensor(x, 1))
+      a.value = b_.convert(scalar_constant(b_, static_cast<pjrt::ElementType>(scalar_kind(t.item())), t.item()),
+                           element_type(t.scalar_type()));
+      a.weak = t.unsafeGetTensorImpl()->is_wrapped_number();
+      return a;
+    }
+    TORCH_CHECK(next_tensor < tensor_ids.size(), "aten::", overload, ": more tensor arguments than value ids");
+    a.value = value(tensor_ids[next_tensor++]);
+    return a;
+  };
+  sources.scalar = [&](pjrt::ElementType type, const c10::Scalar& v, int, int) { return scalar_constant(b_, type, v); };
+  std::vector<pjrt::TensorSpec> specs;
+  for (const auto& o : outs) specs.push_back(spec_of(o));
+  lowering::Ctx ctx{b_, {}, specs, {}, {}};
+  for (size_t i = 0; i < args.size(); ++i)
+    ctx.args.push_back(row_arg(args[i], kind_of(schema.arguments()[i].real_type()), row.flags, static_cast<int>(i),
+                               sources));
+  TORCH_CHECK(next_tensor == tensor_ids.size(), "aten::", overload, ": ", tensor_ids.size(), " value ids for ",
+              next_tensor, " tensor arguments");
+  if (row.flags & lowering::kRandom) {
+    ctx.rng_state = b_.arg(hlo::Type{pjrt::ElementType::kU64, {2}});
+    inputs_.push_back({true, -1, {pjrt::ElementType::kU64, {2}}});
+  }
+  std::vector<hlo::Value> results = row.fn(ctx);
+  convert_results(b_, results, specs, "aten::" + overload);
+  std::vector<int> ids;
+  for (size_t r = 0; r < results.size(); ++r) ids.push_back(outs[r].defined ? add(results[r]) : -1);
+  return ids;
+}
+
+int GraphBuilder::view(int id, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int64_t offset,
+                       at::ScalarType dtype) {
+  const hlo::Value& v = value(id);
+  lowering::BaseForm form{true, v.elem(), v.dims(),
+                          v.type.numel() * static_cast<int64_t>(pjrt::byte_size(v.elem()))};
+  lowering::ViewForm view{element_type(dtype), sizes, strides, offset};
+  return add(lowering::read_view(b_, v, form, view));
+}
+
+int GraphBuilder::scatter_view(int base, int src, const std::vector<int64_t>& sizes,
+                               const std::vector<int64_t>& strides, int64_t offset) {
+  hlo::Value v = value(base);
+  lowering::BaseForm form{true, v.elem(), v.dims(),
+                          v.type.numel() * static_cast<int64_t>(pjrt::byte_size(v.elem()))};
+  lowering::ViewForm view{v.elem(), sizes, strides, offset};
+  lowering::BaseForm new_form;
+  hlo::Value out = lowering::write_view(b_, v, form, view, b_.convert(value(src), v.elem()), &new_form);
+  if (out.dims() != v.dims()) out = b_.reshape(out, v.dims());
+  return add(out);
+}
+
+int GraphBuilder::full(at::ScalarType dtype, const std::vector<int64_t>& sizes, const c10::Scalar& v) {
+  hlo::Type type{element_type(dtype), sizes};
+  if (v.isIntegral(true) && !at::isFloatingType(dtype) && !at::isComplexType(dtype))
+    return add(b_.constant_i(v.isBoolean() ? v.toBool() : v.toLong(), type));
+  return add(b_.constant(v.toDouble(), type));
+}
+
+int GraphBuilder::cast(int id, const OutSpec& spec) {
+  hlo::Value v = b_.convert(value(id), element_type(spec.dtype));
+  if (v.dims() != spec.sizes) v = b_.broadcast_to(v, spec.sizes);
+  return add(v);
+}
+
+std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids) {
+  auto p = std::make_shared<GraphProgram>();
+  p->name_ = name_;
+  std::vector<hlo::Value> results;
+  std::vector<pjrt::TensorSpec> in_specs, out_specs;
+  for (int id : ids) {
+    const hlo::Value& v = value(id);
+    results.push_back(v);
+    out_specs.push_back({v.elem(), v.dims()});
+    p->outputs_.push_back({true, scalar_type(v.elem()), v.dims()});
+  }
+  for (const auto& in : inputs_) in_specs.push_back(in.spec);
+  b_.ret(results);
+  p->inputs_ = inputs_;
+  p->num_tensor_inputs_ = num_tensor_inputs_;
+  p->exe_ = session_or_throw().programs().get(b_.module_text(name_), in_specs, out_specs);
+  return p;
+}
+
+std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs) const {
+  TORCH_CHECK(inputs.size() == num_tensor_inputs_, name_, ": ", inputs.size(), " inputs, expected ",
+              num_tensor_inputs_);
+  int device = -1;
+  for (const auto& t : inputs)
+    if (device < 0 && t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) device = t.device().index();
+  if (device < 0) device = current_device();
+  std::vector<pjrt::BufferPtr> keep;
+  std::vector<const pjrt::Buffer*> args;
+  keep.reserve(inputs_.size());
+  for (const auto& in : inputs_) {
+    keep.push_back(in.rng ? next_rng_state(device, std::nullopt) : dense_input(inputs[in.index], in.spec));
+    args.push_back(keep.back().get());
+  }
+  std::shared_ptr<const DeferredError> failure;
+  std::vector<pjrt::BufferPtr> outs = torch_pjrt::run(*exe_, device, args, name_.c_str(), &failure);
+  std::vector<at::Tensor> results;
+  results.reserve(outputs_.size());
+  for (size_t o = 0; o < outputs_.size(); ++o) {
+    const OutSpec& s = outputs_[o];
+    results.push_back(failure ? poisoned_tensor(s.sizes, s.dtype, device, failure)
+                              : wrap_buffer(std::move(outs[o]), s.sizes, s.dtype));
+  }
+  return results;
+}
+
+bool swap_into(const at::Tensor& dst, const at::Tensor& value) {
+  if (dst.device().type() != c10::DeviceType::PrivateUse1 || value.device() != dst.device() ||
+      dst.scalar_type() != value.scalar_type() || dst.sizes() != value.sizes())
+    return false;
+  lowering::ViewForm view = view_form(dst);
+  if (view.conj || view.neg || !lowering::covers_storage(base_form(dst.storage()), view)) return false;
+  const StorageHandle& src = handle_of(value);
+  StorageHandle& h = handle_of(dst);
+  h.buffer = src.buffer;
+  h.error = src.error;
+  if (!dst.is_inference()) dst.unsafeGetTensorImpl()->bump_version();
+  return true;
+}
+
+}  // namespace torch_pjrt

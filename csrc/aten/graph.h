@@ -1,0 +1,91 @@
+// A whole torch.compile graph as one program (DESIGN.md: the same rows serve eager, fused eager and
+// torch.compile). python/torch_pjrt/dynamo.py walks an AOTAutograd ATen graph and drives a GraphBuilder:
+// graph inputs are dense values of their tensor's shape, each op node applies its lowering row through
+// the same Arg construction as the eager kernel (row_args.h), view nodes read their view from the dense
+// value with the view model, and the outputs are returned. The program is compiled through the program
+// cache (memory and disk, keyed by its text); a GraphProgram runs it on tpu tensors.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/stack.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hlo/builder.h"
+#include "pjrt/runtime.h"
+
+namespace torch_pjrt {
+
+struct OutSpec {  // a node result as shape inference (the FX node's meta value) describes it
+  bool defined = true;
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  std::vector<int64_t> sizes;
+};
+
+class GraphProgram {
+ public:
+  // Runs on `inputs` (the graph's tensor inputs, in order); returns the outputs as new tpu tensors.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+  size_t num_inputs() const { return num_tensor_inputs_; }
+
+ private:
+  friend class GraphBuilder;
+  struct Input {
+    bool rng;   // the device generator's next state (one per random node)
+    int index;  // tensor input index
+    pjrt::TensorSpec spec;
+  };
+  std::string name_;
+  pjrt::ExecutablePtr exe_;
+  std::vector<Input> inputs_;
+  size_t num_tensor_inputs_ = 0;
+  std::vector<OutSpec> outputs_;
+};
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(std::string name) : name_(std::move(name)) {}
+  // A graph input: a dense tensor of `sizes`. Returns its value id.
+  int input(at::ScalarType dtype, const std::vector<int64_t>& sizes);
+  // True when a lowering row serves `overload` ("add.Tensor", "relu").
+  static bool has_row(const std::string& overload);
+  // Applies the row of `overload` to its functional schema arguments `args`, whose tensors (meta
+  // tensors, placeholders only) take the values `tensor_ids` in order of appearance (list items in
+  // order, undefined entries skipped). Returns one value id per result (-1 for undefined ones).
+  std::vector<int> apply(const std::string& overload, const torch::jit::Stack& args, const std::vector<int>& tensor_ids,
+                         const std::vector<OutSpec>& outs);
+  // The view (sizes, strides in elements, offset) of dense value `id`, as a dense value of dtype `dtype`.
+  int view(int id, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int64_t offset,
+           at::ScalarType dtype);
+  // Dense value `base` with `src` written through its view (sizes, strides, offset): the *_scatter
+  // nodes functionalization makes of writes into views.
+  int scatter_view(int base, int src, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                   int64_t offset);
+  // A constant of `sizes` filled with `v` (the graph's factory nodes: full, zeros_like, scalar_tensor).
+  int full(at::ScalarType dtype, const std::vector<int64_t>& sizes, const c10::Scalar& v);
+  // A dense value of `id` converted and broadcast to `spec` (copy_ into a differently typed input).
+  int cast(int id, const OutSpec& spec);
+  // Compiles the program returning `ids`.
+  std::shared_ptr<GraphProgram> compile(const std::vector<int>& ids);
+
+ private:
+  std::string name_;
+  hlo::Builder b_;
+  std::vector<hlo::Value> values_;
+  std::vector<GraphProgram::Input> inputs_;
+  size_t num_tensor_inputs_ = 0;
+  int add(hlo::Value v) {
+    values_.push_back(v);
+    return static_cast<int>(values_.size()) - 1;
+  }
+  const hlo::Value& value(int id) const;
+};
+
+// Writes `value` (a fresh dense graph output) into `dst` by swapping its storage's base, when `dst`
+// covers its storage densely with the same dtype and shape; false otherwise (the caller copies).
+bool swap_into(const at::Tensor& dst, const at::Tensor& value);
+
+}  // namespace torch_pjrt

@@ -1,0 +1,86 @@
+// torch_pjrt._C bindings of the graph builder (aten/graph.h), used by python/torch_pjrt/dynamo.py.
+#include "aten/graph.h"
+
+#include <ATen/ScalarOps.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+
+namespace py = pybind11;
+
+namespace torch_pjrt {
+namespace {
+
+at::ScalarType dtype_of(const py::handle& o) {
+  TORCH_CHECK(THPDtype_Check(o.ptr()), "expected a torch.dtype");
+  return reinterpret_cast<THPDtype*>(o.ptr())->scalar_type;
+}
+
+OutSpec out_spec(const py::handle& o) {  // None, or (dtype, sizes)
+  OutSpec s;
+  if (o.is_none()) {
+    s.defined = false;
+    return s;
+  }
+  auto t = o.cast<py::tuple>();
+  s.dtype = dtype_of(t[0]);
+  s.sizes = t[1].cast<std::vector<int64_t>>();
+  return s;
+}
+
+c10::Scalar number(const py::handle& a) {
+  if (PyBool_Check(a.ptr())) return c10::Scalar(a.cast<bool>());
+  if (PyLong_Check(a.ptr())) return c10::Scalar(a.cast<int64_t>());
+  TORCH_CHECK(PyFloat_Check(a.ptr()), "expected a Python number");
+  return c10::Scalar(a.cast<double>());
+}
+
+}  // namespace
+
+void bind_graph(py::module_& m) {
+  py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram")
+      .def("run", &GraphProgram::run)
+      .def_property_readonly("num_inputs", &GraphProgram::num_inputs);
+  py::class_<GraphBuilder>(m, "_GraphBuilder")
+      .def(py::init<std::string>())
+      .def("input", [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes) {
+        return g.input(dtype_of(dtype), sizes);
+      })
+      .def_static("has_row", &GraphBuilder::has_row)
+      .def("apply",
+           [](GraphBuilder& g, const std::string& overload, py::list args, std::vector<int> ids, py::list outs) {
+             auto dot = overload.find('.');
+             const auto& schema = c10::Dispatcher::singleton()
+                                      .findSchemaOrThrow(("aten::" + overload.substr(0, dot)).c_str(),
+                                                         dot == std::string::npos ? "" : overload.substr(dot + 1).c_str())
+                                      .schema();
+             torch::jit::Stack stack;
+             for (size_t i = 0; i < args.size(); ++i) {
+               const auto& type = schema.arguments().at(i).real_type();
+               py::handle a = args[i];
+               if (type->kind() == c10::TypeKind::TensorType && (PyFloat_Check(a.ptr()) || PyLong_Check(a.ptr()))) {
+                 // a Python number in a Tensor position: a wrapped number, as eager sees it
+                 at::Tensor t = c10::scalar_to_tensor(number(a));
+                 t.unsafeGetTensorImpl()->set_wrapped_number(true);
+                 stack.push_back(t);
+                 continue;
+               }
+               stack.push_back(torch::jit::toIValue(a, type));
+             }
+             std::vector<OutSpec> specs;
+             for (auto o : outs) specs.push_back(out_spec(o));
+             return g.apply(overload, stack, ids, specs);
+           })
+      .def("view",
+           [](GraphBuilder& g, int id, std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset,
+              py::handle dtype) { return g.view(id, sizes, strides, offset, dtype_of(dtype)); })
+      .def("scatter_view", &GraphBuilder::scatter_view)
+      .def("full", [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes,
+                      py::handle v) { return g.full(dtype_of(dtype), sizes, number(v)); })
+      .def("cast", [](GraphBuilder& g, int id, py::handle spec) { return g.cast(id, out_spec(spec)); })
+      .def("compile", &GraphBuilder::compile);
+  m.def("_swap_into", &swap_into);
+}
+
+}  // namespace torch_pjrt

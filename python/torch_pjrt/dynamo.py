@@ -1,0 +1,470 @@
+"""torch.compile on "tpu": the Dynamo backend ``"tpu"``.
+
+``torch.compile(model, backend="tpu")`` traces with AOTAutograd to ATen (PyTorch's core ATen
+decompositions only for ops without a lowering row) and lowers each graph, the forward and separately the
+backward, to ONE StableHLO program through the same lowering rows as eager (``_C._GraphBuilder``). The
+program is compiled through the program cache (memory and disk) and runs on the tensors' device buffers.
+
+- View nodes are read from their dense input with the view model: their sizes, strides and offset come
+  from replaying the op on a contiguous meta tensor, so no view op needs a row.
+- Input mutations (``keep_inference_input_mutations``: ``copy_`` into a graph input at the graph's end)
+  are extra program outputs written back into the input's storage by swapping its buffer.
+- A graph with an op that has no row (after decompositions) runs eagerly op by op, with a warning naming
+  the ops (``TORCH_PJRT_FALLBACK=error``, i.e. ``set_fallback_policy("error")``, makes it an error).
+- Shapes are static: a graph that Dynamo hands over with symbolic shapes (``dynamic=True``, or automatic
+  dynamic shapes after a recompile) is specialised here per distinct input shapes, each its own program.
+- A plain ``torch.compile(model)`` (Inductor) whose inputs are on "tpu" is routed to this backend:
+  Inductor's own "tpu" path generates Pallas kernels through JAX, which does not drive our devices.
+"""
+
+import operator
+import warnings
+
+import torch
+
+from . import _C
+
+__all__ = ["tpu_backend"]
+
+_aten = torch.ops.aten
+_MAX_SPECIALIZATIONS = 64
+
+
+class Unsupported(Exception):
+    """A graph this backend cannot lower as one program (it then runs eagerly)."""
+
+
+def _overload_name(op):
+    s = op._schema
+    name = s.name.split("::", 1)[1]
+    return name + ("." + s.overload_name if s.overload_name else "")
+
+
+def _is_tpu(x):
+    return isinstance(x, torch.Tensor) and x.device.type == "tpu"
+
+
+def _fake_val(node):
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
+def _static_shape(val, what):
+    for d in val.shape:
+        if not isinstance(d, int):
+            raise Unsupported(f"symbolic shape {tuple(val.shape)} of {what}")
+    return list(val.shape)
+
+
+# Writes into views, as functionalization leaves them: the view each one writes through.
+_SCATTERS = {
+    _aten.slice_scatter.default: _aten.slice.Tensor,
+    _aten.select_scatter.default: _aten.select.int,
+    _aten.diagonal_scatter.default: _aten.diagonal.default,
+    _aten.as_strided_scatter.default: _aten.as_strided.default,
+}
+
+# Factory nodes: a constant of the node's shape and dtype, filled with this value (or taken from the node).
+_FACTORIES = {
+    _aten.full.default: lambda n: n.args[1],
+    _aten.full_like.default: lambda n: n.args[1],
+    _aten.new_full.default: lambda n: n.args[2],
+    _aten.scalar_tensor.default: lambda n: n.args[0],
+    _aten.zeros.default: 0,
+    _aten.zeros_like.default: 0,
+    _aten.new_zeros.default: 0,
+    _aten.ones.default: 1,
+    _aten.ones_like.default: 1,
+    _aten.new_ones.default: 1,
+    # uninitialized memory reads as zeros here, as it does in eager
+    _aten.empty.memory_format: 0,
+    _aten.empty_like.default: 0,
+    _aten.empty_strided.default: 0,
+    _aten.new_empty.default: 0,
+    _aten.new_empty_strided.default: 0,
+}
+
+
+class _Const:
+    """A non-tensor result of a node (a value shape inference already knows)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class _Lowering:
+    """Walks one ATen graph and drives a _C._GraphBuilder."""
+
+    def __init__(self, gm, name):
+        self.gm = gm
+        self.g = _C._GraphBuilder(name)
+        self.ids = {}  # node -> value id, or list of ids (multi-result nodes)
+        self.py = {}  # node -> Python value (non-tensor placeholders)
+        self.inputs = []  # per program tensor input: ("arg", index) or ("const", tensor)
+        self.mutations = []  # (arg index, value id)
+        self.meta = {}
+
+    def lower(self):
+        placeholder = 0
+        out_node = None
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                val = _fake_val(node)
+                if isinstance(val, torch.Tensor):
+                    self.ids[node] = self.g.input(val.dtype, _static_shape(val, node.name))
+                    self.inputs.append(("arg", placeholder))
+                elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                    raise Unsupported(f"symbolic input {node.name}")
+                else:
+                    self.py[node] = val
+                placeholder += 1
+            elif node.op == "get_attr":
+                t = getattr(self.gm, node.target)
+                if not isinstance(t, torch.Tensor):
+                    raise Unsupported(f"attribute {node.target} of type {type(t).__name__}")
+                self.ids[node] = self.g.input(t.dtype, list(t.shape))
+                self.inputs.append(("const", t))
+            elif node.op == "call_function":
+                self.call(node)
+            elif node.op == "output":
+                out_node = node
+            else:
+                raise Unsupported(f"{node.op} node {node.target}")
+        return self.finish(out_node)
+
+    def call(self, node):
+        target = node.target
+        if target is operator.getitem:
+            base = self.ids.get(node.args[0])
+            if not isinstance(base, list):
+                raise Unsupported(f"getitem of {node.args[0].target}")
+            item = base[node.args[1]]
+            if isinstance(item, _Const):
+                self.py[node] = item.value
+            else:
+                self.ids[node] = item
+            return
+        if not isinstance(target, torch._ops.OpOverload):
+            raise Unsupported(f"{target} (not an ATen op)")
+        if target is _aten.copy_.default:
+            return self.copy_(node)
+        if target.is_view:
+            return self.view(node)
+        if target in _SCATTERS:
+            return self.scatter(node)
+        if target in _FACTORIES:
+            return self.factory(node)
+        if target in (_aten._to_copy.default, _aten.lift_fresh_copy.default):
+            return self.to_copy(node)
+        name = _overload_name(target)
+        if target._schema.is_mutable:
+            raise Unsupported(f"in-place op aten::{name}")
+        if not _C._GraphBuilder.has_row(name):
+            raise Unsupported(f"aten::{name} (no lowering row)")
+        args, ids = self.arguments(node)
+        val = _fake_val(node)
+        vals = list(val) if isinstance(val, (tuple, list)) else [val]
+        outs = []  # the row's results: tensor returns (None: undefined), as the eager kernel sees them
+        for v in vals:
+            if v is None:
+                outs.append(None)
+            elif isinstance(v, torch.Tensor):
+                outs.append((v.dtype, _static_shape(v, node.name)))
+            elif not isinstance(v, (int, float, bool)):
+                raise Unsupported(f"aten::{name} returns {type(v).__name__}")
+        try:
+            res = iter(self.g.apply(name, args, ids, outs))
+        except Exception as e:  # a row that cannot lower this case: name the node
+            raise Unsupported(f"aten::{name} failed to lower: {e}") from e
+        # non-tensor returns (sdpa's max_q/max_k) are the shape inference's values
+        res = [_Const(v) if isinstance(v, (int, float, bool)) else next(res) for v in vals]
+        res = [None if r is None or (isinstance(r, int) and r < 0) else r for r in res]
+        self.ids[node] = res if isinstance(val, (tuple, list)) else res[0]
+
+    def scatter(self, node):
+        base, src = node.args[0], node.args[1]
+        if not (isinstance(self.ids.get(base), int) and isinstance(self.ids.get(src), int)):
+            raise Unsupported(f"{node.target} of non-tensors")
+        rest = node.args[2:]
+        if any(isinstance(v, (torch.fx.Node, torch.SymInt)) for v in rest):
+            raise Unsupported(f"{node.target} with symbolic arguments")
+        view = _SCATTERS[node.target](self.meta_of(base), *rest, **node.kwargs)
+        self.ids[node] = self.g.scatter_view(
+            self.ids[base], self.ids[src], list(view.shape), list(view.stride()), view.storage_offset()
+        )
+
+    def factory(self, node):
+        val = _fake_val(node)
+        fill = _FACTORIES[node.target]
+        v = fill(node) if callable(fill) else fill
+        if not isinstance(v, (bool, int, float)):
+            raise Unsupported(f"{node.target} filled with {type(v).__name__}")
+        self.ids[node] = self.g.full(val.dtype, _static_shape(val, node.name), v)
+
+    def to_copy(self, node):
+        src, val = node.args[0], _fake_val(node)
+        if not isinstance(self.ids.get(src), int) or not _is_tpu(val):
+            raise Unsupported(f"{node.target} to {getattr(val, 'device', None)}")
+        self.ids[node] = self.g.cast(self.ids[src], (val.dtype, _static_shape(val, node.name)))
+
+    def meta_of(self, node):
+        t = self.meta.get(node)
+        if t is None:
+            val = _fake_val(node)
+            t = torch.empty(_static_shape(val, node.name), dtype=val.dtype, device="meta")
+            self.meta[node] = t
+        return t
+
+    def arguments(self, node):
+        """The functional schema arguments, positional, with tensors as meta placeholders, and the value
+        ids of the tensors in order of appearance."""
+        ids = []
+
+        def conv(v):
+            if isinstance(v, torch.fx.Node):
+                if v in self.py:
+                    return self.py[v]
+                i = self.ids.get(v)
+                if not isinstance(i, int):
+                    raise Unsupported(f"argument {v.name} of {node.target}")
+                ids.append(i)
+                return self.meta_of(v)
+            if isinstance(v, (list, tuple)):
+                return [conv(e) for e in v]
+            if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                raise Unsupported(f"symbolic argument of {node.target}")
+            if isinstance(v, torch.device) and v.type == "tpu":
+                return torch.device("meta")
+            return v
+
+        args = []
+        for i, a in enumerate(node.target._schema.arguments):
+            if i < len(node.args):
+                v = node.args[i]
+            elif a.name in node.kwargs:
+                v = node.kwargs[a.name]
+            elif a.has_default_value():
+                v = a.default_value
+            else:
+                v = None
+            args.append(conv(v))
+        return args, ids
+
+    def view(self, node):
+        src = node.args[0]
+        if not isinstance(src, torch.fx.Node) or not isinstance(self.ids.get(src), int):
+            raise Unsupported(f"view {node.target} of a non-tensor")
+        if node.target in (_aten.as_strided.default, _aten._reshape_alias.default):
+            # strides relative to the source's storage: the dense value is that storage only when the
+            # source is contiguous from offset 0
+            v = _fake_val(src)
+            if not (v.is_contiguous() and v.storage_offset() == 0):
+                raise Unsupported(f"{node.target} of a non-contiguous tensor")
+        base = self.meta_of(src)
+        rest = []
+        for v in node.args[1:]:
+            if isinstance(v, torch.fx.Node) or (
+                isinstance(v, (list, tuple)) and any(isinstance(e, (torch.fx.Node, torch.SymInt)) for e in v)
+            ):
+                raise Unsupported(f"view {node.target} with tensor or symbolic arguments")
+            rest.append(v)
+        out = node.target(base, *rest, **node.kwargs)
+        i = self.ids[src]
+
+        def one(t):
+            return self.g.view(i, list(t.shape), list(t.stride()), t.storage_offset(), t.dtype)
+
+        self.ids[node] = [one(t) for t in out] if isinstance(out, (list, tuple)) else one(out)
+
+    def copy_(self, node):
+        dst, src = node.args[0], node.args[1]
+        if dst.op != "placeholder" or not isinstance(self.ids.get(src), int):
+            raise Unsupported("copy_ into an intermediate")
+        val = _fake_val(dst)
+        v = self.g.cast(self.ids[src], (val.dtype, _static_shape(val, dst.name)))
+        index = [n for n in self.gm.graph.nodes if n.op == "placeholder"].index(dst)
+        self.mutations.append((index, v))
+        self.ids[node] = v
+
+    def finish(self, out_node):
+        results = out_node.args[0]
+        single = not isinstance(results, (list, tuple))
+        results = [results] if single else list(results)
+        program_ids, template = [], []
+        for r in results:
+            if isinstance(r, torch.fx.Node) and isinstance(self.ids.get(r), int):
+                template.append(("out", len(program_ids)))
+                program_ids.append(self.ids[r])
+            elif isinstance(r, torch.fx.Node) and r in self.py:
+                template.append(("py", self.py[r]))
+            elif r is None or not isinstance(r, torch.fx.Node):
+                template.append(("py", r))
+            else:
+                raise Unsupported(f"output {r.name}")
+        writes = []
+        for index, v in self.mutations:
+            writes.append((index, len(program_ids)))
+            program_ids.append(v)
+        return _Compiled(self.g.compile(program_ids), self.inputs, template, writes, single)
+
+
+class _Compiled:
+    """One graph's program, called with AOTAutograd's boxed calling convention."""
+
+    _boxed_call = True
+
+    def __init__(self, program, inputs, template, writes, single):
+        self.program = program
+        self.inputs = inputs
+        self.template = template
+        self.writes = writes
+        self.single = single
+        self.consts = {}
+
+    def _const(self, t, device):
+        c = self.consts.get(device)
+        if c is None:
+            c = self.consts[device] = {}
+        key = id(t)
+        if key not in c:
+            c[key] = t.detach().to(device)
+        return c[key]
+
+    def __call__(self, args):
+        device = next((a.device for a in args if _is_tpu(a)), None)
+        tensors = []
+        for kind, v in self.inputs:
+            if kind == "arg":
+                t = args[v]
+                if not _is_tpu(t):
+                    t = t.to(device if device is not None else "tpu")
+            else:
+                t = self._const(v, device if device is not None else torch.device("tpu"))
+            tensors.append(t)
+        outs = self.program.run(tensors)
+        for index, pos in self.writes:
+            dst = args[index]
+            if not _C._swap_into(dst, outs[pos]):
+                with torch.no_grad():
+                    dst.copy_(outs[pos])
+        result = [outs[v] if kind == "out" else v for kind, v in self.template]
+        return result[0] if self.single else result
+
+
+def _eager(gm, reason):
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    if _C._get_fallback_policy() == "error":
+        raise RuntimeError(f"torch.compile(backend=\"tpu\"): cannot lower the graph as one program: {reason}")
+    warnings.warn(
+        f"torch.compile(backend=\"tpu\"): {reason}; this graph runs eagerly op by op", stacklevel=2
+    )
+    return make_boxed_func(gm.forward)
+
+
+def _graph_compiler(kind):
+    counter = [0]
+
+    def compile_graph(gm, example_inputs):
+        counter[0] += 1
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        try:
+            with _disable_current_modes():  # AOTAutograd's fake mode: lowering runs on real meta tensors
+                return _Lowering(gm, f"graph_{kind}").lower()
+        except Unsupported as e:
+            return _eager(gm, str(e))
+
+    return compile_graph
+
+
+_decomps = None
+
+
+def _decompositions():
+    """Core ATen decompositions, only for ops without a lowering row (a row beats its decomposition)."""
+    global _decomps
+    if _decomps is None:
+        from torch._decomp import core_aten_decompositions
+
+        _decomps = {
+            op: fn
+            for op, fn in core_aten_decompositions().items()
+            if isinstance(op, torch._ops.OpOverload)
+            and not op.is_view
+            and not _C._GraphBuilder.has_row(_overload_name(op))
+        }
+    return _decomps
+
+
+def _aot(gm, example_inputs):
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    return aot_module_simplified(
+        gm,
+        example_inputs,
+        fw_compiler=_graph_compiler("forward"),
+        bw_compiler=_graph_compiler("backward"),
+        decompositions=_decompositions(),
+        keep_inference_input_mutations=True,
+    )
+
+
+def _is_symbolic(x):
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    return isinstance(x, torch.Tensor) and any(not isinstance(d, int) for d in x.shape)
+
+
+def _specializing(gm):
+    """For a graph with symbolic shapes: one static program per distinct input shapes (bounded)."""
+    cache = {}
+
+    def run(*args):
+        key = tuple(
+            (tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a) for a in args
+        )
+        fn = cache.get(key)
+        if fn is None:
+            if len(cache) >= _MAX_SPECIALIZATIONS:
+                raise RuntimeError(
+                    f"torch.compile(backend=\"tpu\") compiles one static program per input shape and has "
+                    f"{len(cache)} for this graph: pad inputs to a few bucket sizes, or use dynamic=False"
+                )
+            fn = cache[key] = _aot(gm, list(args))
+        return fn(*args)
+
+    return run
+
+
+def tpu_backend(gm, example_inputs, **kwargs):
+    """The Dynamo backend "tpu" (``torch.compile(model, backend="tpu")``). ``mode=`` and ``options=``
+    are accepted; every mode compiles the same whole-graph programs."""
+    if any(_is_symbolic(x) for x in example_inputs):
+        return _specializing(gm)
+    return _aot(gm, example_inputs)
+
+
+def _register():
+    """Registers "tpu" with Dynamo's backend registry (when torch._dynamo is imported: see
+    torch_pjrt._install_dynamo_hook) and routes Inductor graphs whose inputs are on "tpu" here."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if "tpu" not in _COMPILER_FNS:
+        register_backend(compiler_fn=tpu_backend, name="tpu")
+
+
+def _route_inductor():
+    """``torch.compile(model)`` with Inductor on "tpu" tensors: Inductor's own "tpu" device path emits
+    Pallas kernels through JAX. Route such graphs to this backend instead."""
+    cls = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if cls is None or getattr(cls, "_torch_pjrt_routed", False):
+        return
+    original = cls.__call__
+
+    def __call__(self, model_, inputs_):
+        if any(_is_tpu(x) for x in inputs_):
+            return tpu_backend(model_, inputs_)
+        return original(self, model_, inputs_)
+
+    cls.__call__ = __call__
+    cls._torch_pjrt_routed = True

@@ -1,0 +1,217 @@
+"""torch.compile(backend="tpu") against CPU eager on the same weights and data: whole graphs (forward and
+backward) as one program each, through the same lowering rows as eager. The fallback policy is "error"
+in tests (conftest), so a graph that cannot be lowered as one program fails the test instead of running
+eagerly.
+"""
+
+import copy
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+from test_training import MLP, SmallCNN, SmallTransformer, data
+
+import torch_pjrt
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def train(model, batches, device, compiled):
+    model = model.to(device)
+    step_model = torch.compile(model, backend="tpu") if compiled else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    losses = []
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        loss = nn.functional.cross_entropy(step_model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.grad.detach().cpu() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kind,factory", [("mlp", MLP), ("cnn", SmallCNN), ("transformer", SmallTransformer)])
+def test_compiled_training_matches_cpu(kind, factory):
+    torch.manual_seed(0)
+    model = factory()
+    batches = data(kind, 20)
+    cpu_losses, cpu_grads = train(copy.deepcopy(model), batches, "cpu", compiled=False)
+    before = torch_pjrt.metrics()
+    tpu_losses, tpu_grads = train(copy.deepcopy(model), batches, "tpu", compiled=True)
+    assert torch_pjrt.metrics()["fallback_total"] == before["fallback_total"]
+    torch.testing.assert_close(torch.tensor(tpu_losses), torch.tensor(cpu_losses), rtol=1e-4, atol=0)
+    for name, g in cpu_grads.items():
+        torch.testing.assert_close(tpu_grads[name], g, rtol=1e-4, atol=1e-4, msg=f"gradient of {name}")
+
+
+def test_one_program_per_graph():
+    torch.manual_seed(0)
+    model = MLP().eval()
+    tmodel = copy.deepcopy(model).to("tpu")
+    f = torch.compile(tmodel, backend="tpu")
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        f(x.to("tpu"))
+        torch.tpu.synchronize()
+        before = torch_pjrt.metrics()
+        out = f(x.to("tpu"))
+        torch.tpu.synchronize()
+        after = torch_pjrt.metrics()
+        torch.testing.assert_close(out.cpu(), model(x), rtol=1e-5, atol=1e-5)
+    # the upload of x is one execution-free transfer; the whole model is one program run
+    assert after["executions"] - before["executions"] == 1
+    assert after["cache_misses"] == before["cache_misses"]  # no eager op ran
+    assert after["compiles"] == before["compiles"]
+
+
+def test_whole_graph_is_one_compile():
+    x = torch.randn(5, 7)
+
+    def f(a):
+        return (a.sin() * 2 + a.sum(1).unsqueeze(1).expand(5, 7) + a.t()[1:].t()[:, :1]).relu().mean(1)
+
+    torch_pjrt.reset_metrics()
+    before = torch_pjrt.metrics()["executions"]
+    got = torch.compile(f, backend="tpu")(x.to("tpu"))
+    assert torch_pjrt.metrics()["executions"] - before == 1
+    torch.testing.assert_close(got.cpu(), f(x), rtol=1e-5, atol=1e-6)
+
+
+def test_input_mutations_are_written_back():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros(3))
+
+        def forward(self, x):
+            self.count.add_(x.sum(0))
+            return x * 2
+
+    x = torch.randn(4, 3)
+    cpu = Counter()
+    tpu = Counter().to("tpu")
+    f = torch.compile(tpu, backend="tpu")
+    with torch.no_grad():
+        for _ in range(3):
+            out = f(x.to("tpu"))
+            ref = cpu(x)
+    torch.testing.assert_close(out.cpu(), ref)
+    torch.testing.assert_close(tpu.count.cpu(), cpu.count, rtol=1e-6, atol=1e-6)
+
+    # an in-place update of a plain input tensor, and of a view-backed input
+    def g(a, b):
+        a.mul_(2)
+        b[1:].add_(1)
+        return a + 1
+
+    a, b = torch.randn(3, 4), torch.randn(5)
+    ta, tb = a.to("tpu"), b.to("tpu")
+    torch.compile(g, backend="tpu")(ta, tb)
+    ref = g(a, b)
+    torch.testing.assert_close(ta.cpu(), a)
+    torch.testing.assert_close(tb.cpu(), b)
+
+
+def test_batch_norm_running_stats_land():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    tpu = copy.deepcopy(model).to("tpu")
+    f = torch.compile(tpu, backend="tpu")
+    x = torch.randn(2, 3, 8, 8)
+    for _ in range(2):
+        ref = model(x)
+        out = f(x.to("tpu"))
+    torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(tpu[1].running_mean.cpu(), model[1].running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(tpu[1].running_var.cpu(), model[1].running_var, rtol=1e-5, atol=1e-6)
+    assert tpu[1].num_batches_tracked.item() == 2
+
+
+def test_optimizer_step_compiled():
+    torch.manual_seed(0)
+    model = MLP()
+    tmodel = copy.deepcopy(model).to("tpu")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, tmodel)]
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    step = torch.compile(opts[1].step, backend="tpu")
+    for _ in range(3):
+        for m, opt, dev in ((model, opts[0], "cpu"), (tmodel, opts[1], "tpu")):
+            opt.zero_grad()
+            nn.functional.cross_entropy(m(x.to(dev)), y.to(dev)).backward()
+        opts[0].step()
+        step()
+    for (n, p), q in zip(model.named_parameters(), tmodel.parameters()):
+        # Adam divides by sqrt(v): near-zero gradients amplify last-place differences
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_graph_breaks_run_eagerly_between_graphs():
+    def f(x):
+        y = x.cos() + 1
+        torch._dynamo.graph_break()
+        return (y * x).sum(1)
+
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x), rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="graph_break|Graph break|graph break"):
+        torch.compile(f, backend="tpu", fullgraph=True)(x.to("tpu"))
+
+
+def test_new_shapes_recompile():
+    def f(x):
+        return torch.softmax(x @ x.t(), dim=-1)
+
+    cf = torch.compile(f, backend="tpu", mode="max-autotune")
+    for n in (4, 6, 9, 6):
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(cf(x.to("tpu")).cpu(), f(x), rtol=1e-5, atol=1e-6)
+    df = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (3, 7):
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(df(x.to("tpu")).cpu(), f(x), rtol=1e-5, atol=1e-6)
+
+
+def test_plain_torch_compile_on_tpu_routes_to_the_tpu_backend():
+    """Inductor's own "tpu" path would emit Pallas kernels through JAX; ours takes the graph instead."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 24), nn.Tanh(), nn.Linear(24, 3))
+    tmodel = copy.deepcopy(model).to("tpu")
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        f = torch.compile(tmodel)
+        f(x.to("tpu"))
+        xt = x.to("tpu")
+        before = torch_pjrt.metrics()["executions"]
+        out = f(xt)
+        assert torch_pjrt.metrics()["executions"] - before == 1  # the whole model is one of our programs
+    assert "jax" not in sys.modules
+    torch.testing.assert_close(out.cpu(), model(x).detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_tiny_llama_static_cache_generate_matches_cpu():
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 96, (1, 6))
+    kw = dict(max_new_tokens=6, do_sample=False, cache_implementation="static", pad_token_id=0)
+    cfg_compile = transformers.CompileConfig(backend="tpu", dynamic=False, mode="default", fullgraph=True)
+    ref = model.generate(ids, **kw)
+    tmodel = copy.deepcopy(model).to("tpu")
+    before = torch_pjrt.metrics()["compiles"]
+    out = tmodel.generate(ids.to("tpu"), compile_config=cfg_compile, **kw)
+    assert torch.equal(out.cpu(), ref)
+    assert torch_pjrt.metrics()["compiles"] > before
