@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
@@ -208,10 +209,43 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return dense(self) && dense(from);
 }
 
-// scaled_dot_product_attention asks the backend which fused kernel to use; ours is the math
-// composition (matmul, softmax), which lowers op by op and fuses in torch.compile.
-int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                         double, bool, std::optional<double>, bool) {
+// scaled_dot_product_attention asks the backend which kernel to use (through _fused_sdp_choice_stub,
+// registered in register_aten_kernels). Ours is SDPBackend::overrideable: one fused row forward and one
+// backward (lowering/attention.cpp), for 4-d query/key/value of one floating dtype, grouped or not. Other
+// inputs, and sdpa_kernel contexts that disable it, get the math composition, which lowers op by op.
+bool fused_attention_fits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const std::optional<at::Tensor>& mask, bool enable_gqa) {
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    if (!is_tpu(*t) || t->dim() != 4 || t->is_nested() || t->unsafeGetTensorImpl()->has_symbolic_sizes_strides() ||
+        t->numel() == 0 || t->scalar_type() != q.scalar_type())
+      return false;
+  }
+  if (!at::isFloatingType(q.scalar_type())) return false;
+  const int64_t hq = q.size(1), hkv = k.size(1);
+  if (k.size(0) != q.size(0) || v.size(0) != q.size(0) || v.size(1) != hkv || v.size(2) != k.size(2) ||
+      k.size(3) != q.size(3) || hq % hkv != 0 || !(enable_gqa || hkv == hq || hkv == 1))
+    return false;
+  if (mask && mask->defined()) {
+    const at::Tensor& m = *mask;
+    if (!is_tpu(m) || m.dim() > 4 || m.unsafeGetTensorImpl()->has_symbolic_sizes_strides() ||
+        !(m.scalar_type() == at::kBool || at::isFloatingType(m.scalar_type())))
+      return false;
+    const int64_t full[4] = {q.size(0), hq, q.size(2), k.size(2)};
+    for (int64_t i = 0; i < m.dim(); ++i) {
+      int64_t d = m.size(m.dim() - 1 - i), want = full[3 - i];
+      if (d != 1 && d != want) return false;
+    }
+  }
+  return true;
+}
+
+int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, double, bool, std::optional<double>, bool enable_gqa) {
+  auto& ctx = at::globalContext();
+  if (ctx.userEnabledOverrideableSDP() && fused_attention_fits(q, k, v, mask, enable_gqa))
+    return static_cast<int64_t>(at::SDPBackend::overrideable);
+  TORCH_CHECK(ctx.userEnabledMathSDP(), "tpu: no available kernel for scaled_dot_product_attention: the fused kernel ",
+              ctx.userEnabledOverrideableSDP() ? "does not take these inputs" : "is disabled", " and the math kernel is disabled");
   return static_cast<int64_t>(at::SDPBackend::math);
 }
 
@@ -245,6 +279,7 @@ void register_aten_kernels() {
   m.impl("_copy_from_and_resize", _copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_fused_sdp_choice", fused_sdp_choice);
+  at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(fused_sdp_choice);  // what sdpa consults
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("native_batch_norm", native_batch_norm);
   m.impl("resize_", resize_);

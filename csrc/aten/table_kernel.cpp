@@ -63,6 +63,7 @@ struct Entry {
   std::vector<Source> sources;
   std::vector<Sink> sinks;
   size_t num_results = 0;
+  std::vector<c10::IValue> int_returns;  // SymInt results, fixed by shape inference (sizes are in the key)
   bool fallback = false;
   std::string fallback_reason;
 };
@@ -79,6 +80,7 @@ struct Return {
   bool aliases_arg;  // returns an argument (in-place / out=) rather than a new tensor
   int index;         // argument index, or functional result index
   bool is_list;
+  bool is_int = false;  // an int/SymInt result (attention's max_q): taken from shape inference
 };
 
 uint64_t mix(uint64_t h, uint64_t v) {
@@ -139,7 +141,10 @@ class TableKernel final : public c10::OperatorKernel {
       int next_written = 0, next_result = 0;
       for (const auto& r : schema.returns()) {
         bool is_list = r.type()->kind() == c10::TypeKind::ListType;
-        if (r.alias_info()) {
+        auto k = r.type()->kind();
+        if (k == c10::TypeKind::IntType || k == c10::TypeKind::SymIntType) {
+          returns_.push_back({false, -1, false, true});
+        } else if (r.alias_info()) {
           returns_.push_back({true, written_args.at(next_written++), is_list});
         } else {
           returns_.push_back({false, next_result++, is_list});
@@ -429,6 +434,7 @@ class TableKernel final : public c10::OperatorKernel {
       if (r.isTensor()) add(r.toTensor());
       else if (r.isTensorList())
         for (const at::Tensor& t : r.toTensorList()) add(t);
+      else if (r.isInt() || r.isSymInt()) entry.int_returns.push_back(r);
     }
 
     // 2. The program: storage bases and run-time scalars are arguments; views are read inside.
@@ -481,11 +487,14 @@ class TableKernel final : public c10::OperatorKernel {
     lowering::Ctx ctx{b, {}, outs, {}, {}};
     for (size_t i = 0; i < functional_args_; ++i)
       ctx.args.push_back(row_arg(stack[base + i], kinds_[i], row_->flags, static_cast<int>(i), sources));
-    if (row_->flags & lowering::kRandom) {
-      ctx.rng_state = b.arg(hlo::Type{ElementType::kU64, {2}});
+    auto add_rng_state = [&] {
+      hlo::Value v = b.arg(hlo::Type{ElementType::kU64, {2}});
       in_specs.push_back({ElementType::kU64, {2}});
       entry.sources.push_back({Source::kRng, 0, 0, ElementType::kU64});
-    }
+      return v;
+    };
+    if (row_->flags & lowering::kRandom) ctx.rng_state = add_rng_state();
+    ctx.lazy_rng_state = add_rng_state;
 
     // 3. Lower, then convert results to the types shape inference promised.
     std::vector<hlo::Value> results = row_->fn(ctx);
@@ -619,9 +628,11 @@ class TableKernel final : public c10::OperatorKernel {
     torch::jit::Stack args_saved;
     if (is_inplace_ || is_out_) args_saved.assign(stack->begin() + base, stack->end());
     torch::jit::drop(*stack, schema_args_);
-    size_t next = 0;
+    size_t next = 0, next_int = 0;
     for (const Return& r : returns_) {
-      if (r.aliases_arg) {
+      if (r.is_int) {
+        stack->push_back(entry.int_returns.at(next_int++));
+      } else if (r.aliases_arg) {
         stack->push_back(args_saved[r.index]);
       } else if (r.is_list) {
         c10::List<at::Tensor> list;

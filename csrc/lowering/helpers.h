@@ -37,6 +37,9 @@ Value reduce_sum(Builder& b, Value x, const Dims& dims);
 Value lowest(Builder& b, ElementType t);
 Value highest(Builder& b, ElementType t);
 
+// Uniform floats in [0, 1) (f32) from random u32 bits: the top 23 bits become the mantissa (random.cpp).
+Value unit_f32(Builder& b, Value bits);
+
 // A scalar constant of the type of `like`.
 inline Value like(Builder& b, double v, const Value& like) { return b.constant(v, like.type); }
 inline Value scalar_like(Builder& b, double v, const Value& like) { return b.constant(v, Type{like.elem(), {}}); }

@@ -63,11 +63,7 @@ struct Rng {
       Value f = b.bitcast_convert(x, Type{ElementType::kF64, dims});
       return b.binary("subtract", f, b.constant(1, f.type));
     }
-    Value x = bits(ElementType::kU32, dims);
-    x = b.binary("shift_right_logical", x, b.constant_i(9, x.type));
-    x = b.binary("or", x, b.constant_i(0x3F800000, x.type));
-    Value f = b.bitcast_convert(x, Type{ElementType::kF32, dims});
-    return b.binary("subtract", f, b.constant(1, f.type));
+    return unit_f32(b, bits(ElementType::kU32, dims));
   }
   // Uniform in (0, 1]: 1 - unit.
   Value open_unit(ElementType t, const Dims& dims) {
@@ -83,6 +79,17 @@ struct Rng {
     return b.binary("multiply", r, b.unary("cosine", theta));
   }
 };
+
+}  // namespace
+
+Value unit_f32(Builder& b, Value x) {
+  x = b.binary("shift_right_logical", x, b.constant_i(9, x.type));
+  x = b.binary("or", x, b.constant_i(0x3F800000, x.type));
+  Value f = b.bitcast_convert(x, Type{ElementType::kF32, x.dims()});
+  return b.binary("subtract", f, b.constant(1, f.type));
+}
+
+namespace {
 
 // The largest value of x's type below x (x a finite float scalar or tensor).
 Value next_below(Builder& b, Value x) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <complex>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -44,6 +45,14 @@ struct Ctx {
   std::vector<TensorSpec> outs;  // the functional overload's results (shape inference ran on meta)
   Value rng_state;               // ui64[2], for rows marked kRandom
   Value new_rng_state;           // set by random rows: the advanced state
+  // Rows that draw only in some cases (attention with dropout > 0) ask for the state here: the aten
+  // layer then adds it as a program argument, so the other cases neither consume the generator nor
+  // pay for the argument. Invalid where the caller offers no generator.
+  std::function<Value()> lazy_rng_state;
+  Value random_state() {
+    if (!rng_state.valid() && lazy_rng_state) rng_state = lazy_rng_state();
+    return rng_state;
+  }
 
   const Arg& arg(size_t i) const { return args.at(i); }
   const Value& t(size_t i) const;  // tensor (or run-time scalar) argument i

@@ -1,0 +1,196 @@
+// Attention rows: scaled_dot_product_attention as one fused program, forward and backward
+// (aten::_scaled_dot_product_fused_attention_overrideable and its _backward, the ops torch calls for a
+// PrivateUse1 device when _fused_sdp_choice answers SDPBackend::overrideable; see aten/ops.cpp).
+//
+// query [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev]; Hq = G * Hkv (grouped-query attention:
+// query head h reads key/value head h / G, as repeat_interleave does; Hkv == 1 is plain broadcasting).
+// The work is laid out as [B, Hkv, G, L, S] so keys and values are never repeated in memory.
+//
+// Numerics follow the CPU's fused kernel (flash attention for CPU): half-precision inputs are computed in
+// float32 (scores, softmax, both products) and rounded once; scores are scaled after the product; the
+// additive mask (a boolean mask arrives as 0 / -inf, converted by torch) and the causal mask
+// (key j visible to query i when j <= i, top-left aligned) both apply; a row whose keys are all masked
+// (-inf everywhere) gives 0, not NaN, and logsumexp 0 there. A finite mask value such as finfo.min
+// stays finite in float32, so such rows are uniform, as on the CPU.
+//
+// Dropout draws its keep-mask from the device generator (only when dropout_p > 0) and returns the
+// generator state it used as philox_seed / philox_offset; the backward rebuilds the same mask from them.
+#include <cmath>
+
+#include "lowering/helpers.h"
+
+namespace lowering {
+namespace {
+
+using V = std::vector<Value>;
+using hlo::Cmp;
+
+struct Layout {
+  int64_t B, Hq, Hkv, G, L, S, E, Ev;
+  ElementType acc;
+  double scale;
+  Dims scores() const { return {B, Hkv, G, L, S}; }
+};
+
+// Shapes from query, key and value; `scale` is the optional float argument.
+Layout layout(Ctx& c, size_t q, size_t k, size_t v, size_t scale) {
+  const Value &qv = c.t(q), &kv = c.t(k), &vv = c.t(v);
+  if (qv.rank() != 4 || kv.rank() != 4 || vv.rank() != 4) throw hlo::Error("attention: 4-d query, key and value only");
+  Layout a;
+  a.B = qv.dims()[0], a.Hq = qv.dims()[1], a.L = qv.dims()[2], a.E = qv.dims()[3];
+  a.Hkv = kv.dims()[1], a.S = kv.dims()[2], a.Ev = vv.dims()[3];
+  if (kv.dims()[0] != a.B || vv.dims()[0] != a.B || vv.dims()[1] != a.Hkv || vv.dims()[2] != a.S || kv.dims()[3] != a.E ||
+      a.Hkv == 0 || a.Hq % a.Hkv != 0)
+    throw hlo::Error("attention: unsupported query/key/value shapes");
+  a.G = a.Hq / a.Hkv;
+  if (!pjrt::is_float(qv.elem())) throw hlo::Error("attention: floating-point inputs only");
+  a.acc = accumulation_type(qv.elem());
+  a.scale = c.has(scale) ? c.d(scale) : 1.0 / std::sqrt(static_cast<double>(a.E));
+  return a;
+}
+
+// query as [B, Hkv, G, L, E] in the accumulation type
+Value grouped(Builder& b, const Value& x, const Layout& a, int64_t last) {
+  return b.reshape(b.convert(x, a.acc), {a.B, a.Hkv, a.G, a.L, last});
+}
+Value ungrouped(Builder& b, const Value& x, const Layout& a, int64_t last) { return b.reshape(x, {a.B, a.Hq, a.L, last}); }
+
+Value bcast_rows(Builder& b, const Value& r, const Layout& a) { return b.broadcast_in_dim(r, a.scores(), {0, 1, 2, 3}); }
+
+// scale * q k^T + bias, causal positions -inf: [B, Hkv, G, L, S] in the accumulation type.
+Value scores(Ctx& c, const Layout& a, const Value& q5, const Value& k, size_t bias, bool causal) {
+  Builder& b = c.b;
+  Value s = b.dot_general(q5, b.convert(k, a.acc), {0, 1}, {0, 1}, {4}, {3}, a.acc);
+  s = b.binary("multiply", s, b.constant(a.scale, s.type));
+  if (c.has(bias)) {
+    Value m = c.t(bias);
+    if (m.elem() == ElementType::kPred) throw hlo::Error("attention: boolean attn_bias (torch converts masks first)");
+    m = b.broadcast_to(b.convert(m, a.acc), {a.B, a.Hq, a.L, a.S});
+    s = b.binary("add", s, b.reshape(m, a.scores()));
+  }
+  if (causal) {
+    Type it{ElementType::kS64, a.scores()};
+    Value visible = b.compare(Cmp::LE, b.iota(it, 4), b.iota(it, 3));
+    s = b.select(visible, s, b.constant(-INFINITY, s.type));
+  }
+  return s;
+}
+
+// softmax over keys and its logsumexp, rows of all -inf giving 0 (both). The backward recomputes this
+// rather than using exp(s - logsumexp): with a finite mask as large as finfo(float32).min, the
+// logsumexp rounds to the row maximum and loses the log of the row sum.
+std::pair<Value, Value> softmax(Builder& b, const Value& s, const Layout& a) {
+  Value m = reduce(b, s, {4}, "maximum", lowest(b, a.acc));
+  Value m_safe = b.select(b.compare(Cmp::EQ, m, like(b, -INFINITY, m)), like(b, 0, m), m);  // all masked
+  Value e = b.unary("exponential", b.binary("subtract", s, bcast_rows(b, m_safe, a)));
+  Value sum = reduce_sum(b, e, {4});
+  Value empty = b.compare(Cmp::EQ, sum, like(b, 0, sum));
+  Value inv = b.select(empty, like(b, 0, sum), b.binary("divide", like(b, 1, sum), sum));
+  Value p = b.binary("multiply", e, bcast_rows(b, inv, a));
+  Value lse = b.select(empty, like(b, 0, sum), b.binary("add", m_safe, b.unary("log", sum)));
+  return {p, lse};
+}
+
+// The dropout keep-mask for a generator state (ui64[2]); the same state gives the same mask.
+Value keep_mask(Builder& b, const Value& state, const Layout& a, double p) {
+  auto [next, bits] = b.rng_bit_generator(state, Type{ElementType::kU32, a.scores()});
+  (void)next;
+  Value u = unit_f32(b, bits);
+  return b.compare(Cmp::LT, u, b.constant(1.0 - p, u.type));
+}
+
+// P with dropout applied: kept entries scaled by 1 / (1 - p), the rest 0.
+Value dropped(Builder& b, const Value& p, const Value& keep, double dropout) {
+  if (!keep.valid()) return p;
+  double scale = dropout >= 1 ? 0.0 : 1.0 / (1.0 - dropout);
+  return b.select(keep, b.binary("multiply", p, b.constant(scale, p.type)), b.constant(0, p.type));
+}
+
+// A 0-d s64 holding word i of the generator state (philox_seed: 0, philox_offset: 1).
+Value state_word(Builder& b, const Value& state, int64_t i) {
+  Value w = b.reshape(b.slice(state, {i}, {i + 1}, {1}), {});
+  return b.bitcast_convert(w, Type{ElementType::kS64, {}});
+}
+
+// _scaled_dot_product_fused_attention_overrideable(q, k, v, attn_bias?, dropout_p, is_causal,
+// return_debug_mask, *, scale?) -> (output, logsumexp, cum_seq_q, cum_seq_k, [max_q, max_k], philox_seed,
+// philox_offset, debug_attn_mask)
+V forward(Ctx& c) {
+  Builder& b = c.b;
+  const Layout a = layout(c, 0, 1, 2, 7);
+  const double dropout = c.d(4);
+  Value q5 = grouped(b, c.t(0), a, a.E);
+  Value s = scores(c, a, q5, c.t(1), 3, c.i(5) != 0);
+  auto [p, lse] = softmax(b, s, a);
+
+  Value keep, seed = b.constant_i(0, Type{ElementType::kS64, {}}), offset = seed;
+  if (dropout > 0) {
+    Value state = c.random_state();
+    if (!state.valid()) throw hlo::Error("attention: dropout needs the device generator here");
+    keep = keep_mask(b, state, a, dropout);
+    seed = state_word(b, state, 0);
+    offset = state_word(b, state, 1);
+  }
+  Value v = b.convert(c.t(2), a.acc);
+  Value out = b.dot_general(dropped(b, p, keep, dropout), v, {0, 1}, {0, 1}, {4}, {2}, a.acc);
+  return V{ungrouped(b, out, a, a.Ev), b.reshape(lse, {a.B, a.Hq, a.L}), Value{}, Value{}, seed, offset, Value{}};
+}
+
+// Sums a [B, Hq, L, S] gradient down to the (broadcast) shape of the bias.
+Value reduce_to(Builder& b, Value g, const Dims& target) {
+  const int64_t lead = g.rank() - static_cast<int64_t>(target.size());
+  Dims dims;
+  for (int64_t i = 0; i < g.rank(); ++i)
+    if (i < lead || (target[i - lead] == 1 && g.dims()[i] != 1)) dims.push_back(i);
+  if (!dims.empty()) g = reduce_sum(b, g, dims);
+  return b.reshape(g, target);
+}
+
+// _scaled_dot_product_fused_attention_overrideable_backward(grad_out, q, k, v, attn_bias, grad_input_mask,
+// out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset,
+// *, scale?) -> (grad_query, grad_key, grad_value, grad_attn_bias). Recomputes P (out and logsumexp unused).
+V backward(Ctx& c) {
+  Builder& b = c.b;
+  const Layout a = layout(c, 1, 2, 3, 16);
+  const double dropout = c.d(12);
+  Value q5 = grouped(b, c.t(1), a, a.E);
+  Value k = b.convert(c.t(2), a.acc), v = b.convert(c.t(3), a.acc);
+  Value s = scores(c, a, q5, k, 4, c.i(13) != 0);
+  Value p = softmax(b, s, a).first;
+
+  Value keep;
+  if (dropout > 0) {
+    auto word = [&](size_t k) { return b.reshape(b.bitcast_convert(b.convert(c.t(k), ElementType::kS64), Type{ElementType::kU64, {}}), {1}); };
+    keep = keep_mask(b, b.concatenate({word(14), word(15)}, 0), a, dropout);
+  }
+  Value go = grouped(b, c.t(0), a, a.Ev);
+  V grads(4);
+  if (c.wanted(2)) {
+    Value dv = b.dot_general(dropped(b, p, keep, dropout), go, {0, 1}, {0, 1}, {2, 3}, {2, 3}, a.acc);
+    grads[2] = dv;  // [B, Hkv, S, Ev]
+  }
+  if (c.wanted(0) || c.wanted(1) || c.wanted(3)) {
+    Value dp = dropped(b, b.dot_general(go, v, {0, 1}, {0, 1}, {4}, {3}, a.acc), keep, dropout);
+    Value d = reduce_sum(b, b.binary("multiply", dp, p), {4});
+    Value ds = b.binary("multiply", p, b.binary("subtract", dp, bcast_rows(b, d, a)));  // d loss / d scores
+    Value scale = b.constant(a.scale, Type{a.acc, {}});
+    if (c.wanted(0)) {
+      Value dq = b.dot_general(ds, k, {0, 1}, {0, 1}, {4}, {2}, a.acc);
+      grads[0] = ungrouped(b, b.binary("multiply", dq, b.broadcast_to(scale, dq.dims())), a, a.E);
+    }
+    if (c.wanted(1)) {
+      Value dk = b.dot_general(ds, q5, {0, 1}, {0, 1}, {2, 3}, {2, 3}, a.acc);
+      grads[1] = b.binary("multiply", dk, b.broadcast_to(scale, dk.dims()));
+    }
+    if (c.wanted(3)) grads[3] = reduce_to(b, ungrouped(b, ds, a, a.S), c.out_dims(3));
+  }
+  return grads;
+}
+
+const Rows rows = {
+    {{"_scaled_dot_product_fused_attention_overrideable"}, forward},
+    {{"_scaled_dot_product_fused_attention_overrideable_backward"}, backward},
+};
+
+}  // namespace
+}  // namespace lowering
