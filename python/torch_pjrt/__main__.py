@@ -1,4 +1,4 @@
-"""python -m torch_pjrt info | demo"""
+"""python -m torch_pjrt info | demo | transformers-spec"""
 
 import argparse
 import sys
@@ -29,14 +29,22 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torch_pjrt")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="the PJRT plugin and its devices")
-    demo = sub.add_parser("demo", help="the main job: train a model on 'tpu' and check it against CPU")
-    demo.add_argument("--steps", type=int, default=20)
+    demo = sub.add_parser("demo", help="the main job: Hugging Face models on 'tpu', checked against the CPU")
+    demo.add_argument("--once", action="store_true", help="skip the second run (the warm on-disk cache)")
+    demo.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    spec = sub.add_parser("transformers-spec", help="write torch_pjrt_spec.py for TRANSFORMERS_TEST_DEVICE_SPEC")
+    spec.add_argument("folder", nargs="?", default=".")
     args = parser.parse_args(argv)
     if args.command == "info":
         return info()
+    if args.command == "transformers-spec":
+        from .transformers_spec import write_stub
+
+        print(write_stub(args.folder))
+        return 0
     from .demo import run
 
-    return run(steps=args.steps)
+    return run(second_pass=not args.once, child=args.child)
 
 
 if __name__ == "__main__":

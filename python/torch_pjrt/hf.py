@@ -13,7 +13,8 @@ What this module adds:
   bucket has the same shapes, so it reuses the programs already compiled; a 64-token generation compiles a
   few programs per bucket instead of a new program for every shape-dependent op at every token. Padded
   positions are masked exactly as ``StaticCache`` masks them (``get_mask_sizes`` reports the padded
-  length). Use: ``model.generate(ids, cache=BucketedCache(model.config))``.
+  length). Use: ``model.generate(ids, cache=BucketedCache(model.config), disable_compile=True)``
+  (without ``disable_compile`` generate torch.compiles the decode step, as it does for ``StaticCache``).
 * :class:`MetricsRecorder`: a ``LogitsProcessor`` that snapshots :func:`torch_pjrt.metrics` once per
   generated token (compiles, cache misses and fallbacks per decode step).
 * :func:`compile_progress`: a context manager showing a tqdm bar of programs compiled so far while a
@@ -48,7 +49,10 @@ class BucketedLayer(CacheLayerMixin):
     :func:`bucket_length`. New states are written with ``index_copy_`` at run-time positions, so a decode
     step's programs depend on the capacity only, never on the current length."""
 
-    is_compileable = False  # generate's auto-compile stays off: the eager path is what this serves
+    # Fixed-shape buffers: Transformers' mask code must then always build the mask (it may skip it for a
+    # one-token query only when the keys hold no padding). This also makes generate() eligible for its
+    # auto-compile on "tpu" (backend "tpu"); pass disable_compile=True to stay eager.
+    is_compileable = True
     is_croppable = True
 
     def __init__(self, block: int = 64, is_sliding: bool = False, **kwargs):
