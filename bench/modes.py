@@ -45,7 +45,9 @@ def train_step_fn(model, device, mode):
 
 
 def infer_step_fn(model, device, mode):
-    model = copy.deepcopy(model).eval().to(device)
+    # train mode (both models have no dropout): eval mode would send the encoder down PyTorch's fused
+    # fast path (aten::_transformer_encoder_layer_fwd), which has no lowering row yet
+    model = copy.deepcopy(model).to(device)
     fwd = model
     if mode == "compile-tpu":
         fwd = torch.compile(model, backend="tpu")
@@ -77,7 +79,10 @@ def steps_per_s(step, x, y, steps, sync):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--cpu-threads", type=int, default=1,
+                        help="torch CPU threads (1: on a shared machine, spinning OpenMP workers distort CPU eager)")
     args = parser.parse_args()
+    torch.set_num_threads(args.cpu_threads)
     modes = [("strict eager tpu", "tpu", "eager"), ("compile(tpu)", "tpu", "compile-tpu"),
              ("torch CPU eager", "cpu", "eager"), ("inductor CPU", "cpu", "inductor")]
     for name, factory, kind in (("mlp", MLP, "mlp"), ("transformer", SmallTransformer, "transformer")):

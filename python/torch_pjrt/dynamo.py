@@ -27,6 +27,8 @@ from . import _C
 __all__ = ["tpu_backend"]
 
 _aten = torch.ops.aten
+# Graphs this backend was handed: lowered as one program each, or run eagerly (they had an op without a row).
+stats = {"graphs_lowered": 0, "graphs_eager": 0}
 _MAX_SPECIALIZATIONS = 64
 
 
@@ -362,16 +364,16 @@ def _eager(gm, reason):
 
 
 def _graph_compiler(kind):
-    counter = [0]
-
     def compile_graph(gm, example_inputs):
-        counter[0] += 1
         from torch.utils._python_dispatch import _disable_current_modes
 
         try:
             with _disable_current_modes():  # AOTAutograd's fake mode: lowering runs on real meta tensors
-                return _Lowering(gm, f"graph_{kind}").lower()
+                compiled = _Lowering(gm, f"graph_{kind}").lower()
+            stats["graphs_lowered"] += 1
+            return compiled
         except Unsupported as e:
+            stats["graphs_eager"] += 1
             return _eager(gm, str(e))
 
     return compile_graph

@@ -5,7 +5,6 @@ eagerly.
 """
 
 import copy
-import os
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ import torch.nn as nn
 from test_training import MLP, SmallCNN, SmallTransformer, data
 
 import torch_pjrt
+import torch_pjrt.dynamo
 
 
 @pytest.fixture(autouse=True)
@@ -197,8 +197,11 @@ def test_plain_torch_compile_on_tpu_routes_to_the_tpu_backend():
     torch.testing.assert_close(out.cpu(), model(x).detach(), rtol=1e-5, atol=1e-5)
 
 
-def test_tiny_llama_static_cache_generate_matches_cpu():
-    os.environ["HF_HUB_OFFLINE"] = "1"
+@pytest.mark.parametrize("explicit", [True, False], ids=["backend=tpu", "auto-compile"])
+def test_tiny_llama_static_cache_generate_matches_cpu(explicit, monkeypatch):
+    """generate() compiles the decode step itself for "tpu" models with a static cache (Inductor by
+    default, routed to the tpu backend; or the CompileConfig's backend="tpu")."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(
         vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -211,7 +214,8 @@ def test_tiny_llama_static_cache_generate_matches_cpu():
     cfg_compile = transformers.CompileConfig(backend="tpu", dynamic=False, mode="default", fullgraph=True)
     ref = model.generate(ids, **kw)
     tmodel = copy.deepcopy(model).to("tpu")
-    before = torch_pjrt.metrics()["compiles"]
-    out = tmodel.generate(ids.to("tpu"), compile_config=cfg_compile, **kw)
+    before = dict(torch_pjrt.dynamo.stats)
+    out = tmodel.generate(ids.to("tpu"), **kw, **(dict(compile_config=cfg_compile) if explicit else {}))
     assert torch.equal(out.cpu(), ref)
-    assert torch_pjrt.metrics()["compiles"] > before
+    assert torch_pjrt.dynamo.stats["graphs_lowered"] > before["graphs_lowered"]
+    assert torch_pjrt.dynamo.stats["graphs_eager"] == before["graphs_eager"]
