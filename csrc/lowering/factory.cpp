@@ -1,4 +1,4 @@
-// Factory rows: arange, linspace, logspace, eye. (full, zeros, ones and the *_like variants reach the
+// Factory rows: arange, linspace, logspace, eye, tril_indices / triu_indices. (full, zeros, ones and the *_like variants reach the
 // device as empty + fill_, which are native already.) Each follows the arithmetic of torch's CPU kernel
 // (the same precision and the same two-sided formula of linspace) so results agree to rounding.
 #include <cmath>
@@ -123,6 +123,25 @@ Value eye(Ctx& c, int64_t n, int64_t m) {
   return b.select(diag, b.constant(1, c.out()), b.constant(0, c.out()));
 }
 
+// tril_indices / triu_indices(row, col, offset): the coordinates of the lower (upper) triangle, row by
+// row, as a [2, N] constant.
+Value tri_indices(Ctx& c, bool lower) {
+  Builder& b = c.b;
+  int64_t rows = c.i(0), cols = c.i(1), off = c.i(2);
+  std::vector<int64_t> rs, cs;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      if (lower ? j - i <= off : j - i >= off) {
+        rs.push_back(i);
+        cs.push_back(j);
+      }
+  const int64_t n = static_cast<int64_t>(rs.size());
+  if (c.out_dims() != Dims{2, n}) throw hlo::Error("tri_indices: unexpected result shape");
+  if (n == 0) return b.constant_i(0, c.out());
+  rs.insert(rs.end(), cs.begin(), cs.end());
+  return b.convert(b.reshape(const_i64(b, rs), {2, n}), c.out_type());
+}
+
 // Only the functional overloads: an out= variant of a factory lacks the functional's dtype / layout /
 // device arguments, which the aten layer's shape inference needs (see the report on out= factories).
 const Rows rows = {
@@ -133,6 +152,8 @@ const Rows rows = {
     {{"logspace"}, [](Ctx& c) { return one(logspace(c)); }},
     {{"eye"}, [](Ctx& c) { return one(eye(c, c.i(0), c.i(0))); }},
     {{"eye.m"}, [](Ctx& c) { return one(eye(c, c.i(0), c.i(1))); }},
+    {{"tril_indices", "tril_indices.out"}, [](Ctx& c) { return one(tri_indices(c, true)); }},
+    {{"triu_indices", "triu_indices.out"}, [](Ctx& c) { return one(tri_indices(c, false)); }},
 };
 
 }  // namespace

@@ -1,7 +1,10 @@
 #include "lowering/helpers.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
+#include <string>
 
 namespace lowering {
 namespace {
@@ -157,6 +160,111 @@ Value highest(Builder& b, ElementType t) {
 
 Value reduce_sum(Builder& b, Value x, const Dims& dims) {
   return reduce(b, x, dims, "add", b.constant(0, Type{x.elem(), {}}));
+}
+
+// ------------------------------------------------------------------------------- row shorthands
+Value is_inf(Builder& b, Value x) { return b.compare(hlo::Cmp::EQ, b.unary("abs", x), like(b, INFINITY, x)); }
+Value is_finite(Builder& b, Value x) { return b.compare(hlo::Cmp::LT, b.unary("abs", x), like(b, INFINITY, x)); }
+
+ElementType compute_type(ElementType t) {
+  ElementType a = accumulation_type(t);
+  return pjrt::is_float(a) ? a : ElementType::kF32;
+}
+
+int64_t numel(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+Dims iota_dims(int64_t lo, int64_t hi) {
+  Dims d;
+  for (int64_t i = lo; i < hi; ++i) d.push_back(i);
+  return d;
+}
+
+Value const_i64(Builder& b, const std::vector<int64_t>& v) {
+  if (v.empty()) return b.constant_i(0, Type{ElementType::kS64, {0}});
+  std::string s = "value = dense<[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  s += "]> : tensor<" + std::to_string(v.size()) + "xi64>";
+  return b.raw("stablehlo.constant", s, {}, Type{ElementType::kS64, {static_cast<int64_t>(v.size())}});
+}
+
+Value const_float(Builder& b, const std::vector<double>& v, ElementType t) {
+  const bool dbl = t == ElementType::kF64;
+  ElementType ft = dbl ? ElementType::kF64 : ElementType::kF32;
+  if (v.empty()) return b.constant(0, Type{ft, {0}});
+  std::string s = "value = dense<[";
+  char hex[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dbl) {
+      uint64_t bits;
+      std::memcpy(&bits, &v[i], sizeof bits);
+      std::snprintf(hex, sizeof hex, "0x%016llX", static_cast<unsigned long long>(bits));
+    } else {
+      float f = static_cast<float>(v[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof bits);
+      std::snprintf(hex, sizeof hex, "0x%08X", bits);
+    }
+    s += (i ? ", " : "");
+    s += hex;
+  }
+  s += "]> : tensor<" + std::to_string(v.size()) + "x" + (dbl ? "f64" : "f32") + ">";
+  return b.raw("stablehlo.constant", s, {}, Type{ft, {static_cast<int64_t>(v.size())}});
+}
+
+Value bcast_kept(Builder& b, Value v, const Dims& dims, const Dims& reduced) {
+  Dims kept;
+  for (int64_t i = 0; i < static_cast<int64_t>(dims.size()); ++i) {
+    bool r = false;
+    for (int64_t d : reduced) r |= d == i;
+    if (!r) kept.push_back(i);
+  }
+  return b.broadcast_in_dim(b.reshape(v, [&] {
+                              Dims kd;
+                              for (int64_t i : kept) kd.push_back(dims[i]);
+                              return kd;
+                            }()),
+                            dims, kept);
+}
+
+Value slice_at(Builder& b, Value x, int64_t dim, int64_t i, int64_t len) {
+  Dims start(x.rank(), 0), limit = x.dims(), strides(x.rank(), 1);
+  start[dim] = i;
+  limit[dim] = i + len;
+  return b.slice(x, start, limit, strides);
+}
+
+namespace {
+// The dims 0..rank-1 without `axis`: the window dims of a gather or scatter along `axis`.
+Dims all_but(int64_t rank, int64_t axis) {
+  Dims d;
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != axis) d.push_back(i);
+  return d;
+}
+}  // namespace
+
+Value take_axis(Builder& b, Value x, int64_t axis, const std::vector<int64_t>& idx) {
+  const int64_t n = static_cast<int64_t>(idx.size());
+  Dims out = x.dims();
+  out[axis] = n;
+  if (numel(out) == 0) return b.constant(0, Type{x.elem(), out});
+  hlo::GatherDims g{all_but(x.rank(), axis), {axis}, {axis}, 1};
+  Dims sizes = x.dims();
+  sizes[axis] = 1;
+  return b.gather(x, b.reshape(const_i64(b, idx), {n, 1}), g, sizes, out);
+}
+
+Value scatter_add_axis(Builder& b, Value acc, int64_t axis, const std::vector<int64_t>& idx, Value upd) {
+  const int64_t n = static_cast<int64_t>(idx.size());
+  if (n == 0 || upd.type.numel() == 0 || acc.type.numel() == 0) return acc;
+  hlo::ScatterDims s{all_but(upd.rank(), axis), {axis}, {axis}, 1};
+  return b.scatter(acc, b.reshape(const_i64(b, idx), {n, 1}), upd, s, [](Builder& bb, const std::vector<Value>& a) {
+    return std::vector<Value>{bb.binary("add", a[0], a[1])};
+  });
 }
 
 }  // namespace lowering

@@ -2,6 +2,8 @@
 // the float32 accumulation that torch uses for half-precision reductions.
 #pragma once
 
+#include <vector>
+
 #include "lowering/table.h"
 
 namespace lowering {
@@ -43,5 +45,41 @@ Value unit_f32(Builder& b, Value bits);
 // A scalar constant of the type of `like`.
 inline Value like(Builder& b, double v, const Value& like) { return b.constant(v, like.type); }
 inline Value scalar_like(Builder& b, double v, const Value& like) { return b.constant(v, Type{like.elem(), {}}); }
+
+// ------------------------------------------------------------------------------- row shorthands
+using V = std::vector<Value>;
+inline V one(Value v) { return V{v}; }
+
+inline Value add(Builder& b, Value x, Value y) { return b.binary("add", x, y); }
+inline Value sub(Builder& b, Value x, Value y) { return b.binary("subtract", x, y); }
+inline Value mul(Builder& b, Value x, Value y) { return b.binary("multiply", x, y); }
+inline Value div(Builder& b, Value x, Value y) { return b.binary("divide", x, y); }
+inline Value andv(Builder& b, Value x, Value y) { return b.binary("and", x, y); }
+inline Value orv(Builder& b, Value x, Value y) { return b.binary("or", x, y); }
+inline Value notv(Builder& b, Value x) { return b.unary("not", x); }
+inline Value isnan(Builder& b, Value x) { return b.compare(hlo::Cmp::NE, x, x); }
+Value is_inf(Builder& b, Value x);     // |x| == inf
+Value is_finite(Builder& b, Value x);  // |x| < inf (false for NaN)
+
+// Argument k converted to the accumulation type of the output and broadcast to the output's shape.
+inline Value up(Ctx& c, size_t k) { return operand(c, k, accumulation_type(c.out_type()), c.out_dims()); }
+// The float type an nn row computes in: f32 for half types and integers, the type itself otherwise.
+ElementType compute_type(ElementType t);
+
+int64_t numel(const Dims& d);
+Dims iota_dims(int64_t lo, int64_t hi);  // {lo, ..., hi - 1}
+
+// 1-d constants: s64 values, and f32/f64 values written exactly (as bit patterns).
+Value const_i64(Builder& b, const std::vector<int64_t>& v);
+Value const_float(Builder& b, const std::vector<double>& v, ElementType t);
+
+// `v` (whose dims are all of `dims` but those in `reduced`) broadcast to `dims`.
+Value bcast_kept(Builder& b, Value v, const Dims& dims, const Dims& reduced);
+// x.narrow(dim, i, len), keeping the dim.
+Value slice_at(Builder& b, Value x, int64_t dim, int64_t i, int64_t len = 1);
+// x.index_select(axis, idx) for host-known indices.
+Value take_axis(Builder& b, Value x, int64_t axis, const std::vector<int64_t>& idx);
+// `acc` plus, at acc[idx[j]] along axis, upd[j] (upd's axis has size idx.size()).
+Value scatter_add_axis(Builder& b, Value acc, int64_t axis, const std::vector<int64_t>& idx, Value upd);
 
 }  // namespace lowering

@@ -1,6 +1,6 @@
 // Indexing rows: index_select, gather, scatter and its reductions, index_add / index_copy / index_fill,
 // advanced indexing (index.Tensor, index_put), take / put, masked_scatter, and the data-movement ops built from the
-// same pieces: constant_pad_nd, flip, roll, repeat, tril / triu, sort and topk.
+// same pieces: constant_pad_nd, flip, roll, repeat, tril / triu, sort and topk; index_reduce and nonzero_static.
 //
 // Index tensors may be int64 or int32; negative indices wrap as in torch (i + size). Indices that are
 // still out of range after wrapping are NOT checked (that would need a device->host sync): gathers clamp
@@ -571,6 +571,98 @@ Value put(Ctx& c) {
   return b.reshape(r, c.out_dims());
 }
 
+// index_reduce(self, dim, index, source, reduce, *, include_self): self's slices at index combined
+// with source's slices (prod, amax, amin, mean); without include_self the indexed slices start from
+// the reduction's identity.
+Value index_reduce(Ctx& c) {
+  Builder& b = c.b;
+  ElementType t = c.out_type();
+  Value self = b.convert(c.t(0), t), index = c.t(2), src = b.convert(c.t(3), t);
+  const std::string red = c.arg(4).s;
+  const bool include_self = !c.has(5) || c.i(5);
+  if (self.rank() == 0) self = b.reshape(self, {1});
+  if (src.rank() == 0) src = b.reshape(src, {1});
+  int64_t dim = wrap_dim(c.i(1), self.rank());
+  const int64_t n = index.type.numel();
+  if (n == 0 || self.type.numel() == 0) return b.reshape(self, c.out_dims());
+  if (!pjrt::is_integral(index.elem())) throw hlo::Error("index_reduce: integer index expected");
+  Value idx = b.convert(b.reshape(index, {n}), ElementType::kS64);
+  idx = b.select(b.compare(Cmp::LT, idx, b.constant_i(0, idx.type)), add(b, idx, b.constant_i(self.dims()[dim], idx.type)), idx);
+  idx = b.reshape(idx, {n, 1});
+  Dims ud = self.dims();
+  ud[dim] = n;
+  src = b.reshape(src, ud);
+  hlo::ScatterDims s;
+  for (int64_t i = 0; i < self.rank(); ++i)
+    if (i != dim) s.update_window_dims.push_back(i);
+  s.inserted_window_dims = {dim};
+  s.scatter_dims_to_operand_dims = {dim};
+  s.index_vector_dim = 1;
+  auto scatter = [&](Value into, Value upd, const char* op) {
+    std::string o = op;
+    return b.scatter(into, idx, upd, s, [o](Builder& bb, const V& a) {
+      return V{o.empty() ? a[1] : bb.binary(o.c_str(), a[0], a[1])};
+    });
+  };
+  const char* op;
+  Value init;
+  if (red == "prod") {
+    op = "multiply";
+    init = b.scalar(1, t);
+  } else if (red == "amax") {
+    op = "maximum";
+    init = lowest(b, t);
+  } else if (red == "amin") {
+    op = "minimum";
+    init = highest(b, t);
+  } else if (red == "mean") {
+    op = "add";
+    init = b.scalar(0, t);
+  } else {
+    throw hlo::Error("index_reduce: unknown reduction");
+  }
+  if (!include_self) self = scatter(self, b.broadcast_to(init, ud), "");
+  Value r = scatter(self, src, op);
+  if (red == "mean") {
+    Value cnt = b.constant(include_self ? 1 : 0, self.type);
+    cnt = scatter(cnt, b.constant(1, Type{t, ud}), "add");
+    cnt = b.select(b.compare(Cmp::EQ, cnt, like(b, 0, cnt)), like(b, 1, cnt), cnt);
+    if (pjrt::is_integral(t)) {
+      Value q = div(b, r, cnt), rem = b.binary("remainder", r, cnt);
+      Value fix = andv(b, b.compare(Cmp::NE, rem, like(b, 0, rem)), b.compare(Cmp::LT, rem, like(b, 0, rem)));
+      r = b.select(fix, sub(b, q, like(b, 1, q)), q);
+    } else {
+      r = div(b, r, cnt);
+    }
+  }
+  return b.reshape(r, c.out_dims());
+}
+
+// nonzero_static(self, *, size, fill_value): the coordinates of the first `size` nonzero elements in
+// row-major order, padded with fill_value.
+Value nonzero_static(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  const Dims& od = c.out_dims();
+  const int64_t size = od[0], r = od[1], n = x.type.numel();
+  Value out = b.constant_i(c.i(2), Type{ElementType::kS64, od});
+  if (size == 0 || r == 0 || n == 0) return out;
+  Value nz = b.reshape(b.convert(x, ElementType::kPred), {n});
+  Value cnt = b.convert(nz, ElementType::kS64);
+  // inclusive prefix sum
+  for (int64_t shift = 1; shift < n; shift *= 2) {
+    Value before = b.slice(b.pad(cnt, b.scalar_i(0, ElementType::kS64), {shift}, {0}, {0}), {0}, {n}, {1});
+    cnt = add(b, cnt, before);
+  }
+  Value pos = sub(b, cnt, b.constant_i(1, cnt.type));
+  pos = b.select(nz, pos, b.constant_i(size, pos.type));  // zeros go out of range: dropped
+  V coords;
+  for (int64_t i = 0; i < r; ++i) coords.push_back(b.reshape(b.iota(Type{ElementType::kS64, x.dims()}, i), {n, 1}));
+  Value upd = b.concatenate(coords, 1);  // [n, r]
+  hlo::ScatterDims s{{1}, {0}, {0}, 1};
+  return b.scatter(out, b.reshape(pos, {n, 1}), upd, s, [](Builder& bb, const V& a) { return V{a[1]}; });
+}
+
 const Rows rows = {
     {{"take", "take.out"}, [](Ctx& c) { return one(take(c)); }},
     {{"put", "put_", "put.out"}, [](Ctx& c) { return one(put(c)); }},
@@ -641,6 +733,8 @@ const Rows rows = {
     {{"sort.stable", "sort.values_stable"}, [](Ctx& c) { return sort_row(c, 2, 3); }},
     {{"sort", "sort.values"}, [](Ctx& c) { return sort_row(c, 1, 2); }},
     {{"topk", "topk.values"}, [](Ctx& c) { return topk(c); }},
+    {{"index_reduce", "index_reduce_", "index_reduce.out"}, [](Ctx& c) { return one(index_reduce(c)); }},
+    {{"nonzero_static", "nonzero_static.out"}, [](Ctx& c) { return one(nonzero_static(c)); }},
 };
 
 }  // namespace

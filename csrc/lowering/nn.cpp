@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lowering/helpers.h"
+#include "lowering/windows.h"
 
 namespace lowering {
 namespace {
@@ -653,15 +654,6 @@ Value avg_pool_divisor(Builder& b, const Pool2d& p, bool count_include_pad) {
   return maxv(b, n, b.constant_i(1, n.type));  // an empty window sums to zero: any divisor will do
 }
 
-Value window_sum(Builder& b, Value x, const Dims& window, const Dims& strides,
-                 const std::vector<std::pair<int64_t, int64_t>>& padding) {
-  Dims ones(x.rank(), 1);
-  return b.reduce_window(x, b.scalar(0, x.elem()), window, strides, ones, ones, padding,
-                         [](Builder& bb, const std::vector<Value>& a) {
-                           return std::vector<Value>{bb.binary("add", a[0], a[1])};
-                         });
-}
-
 // avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override?)
 V avg_pool2d(Ctx& c) {
   Builder& b = c.b;
@@ -696,21 +688,11 @@ V avg_pool2d_backward(Ctx& c) {
   ElementType t = compute_type(c.t(1).elem());
   Value g = arg_as(c, 0, t);
   Pool2d p = pool2d(c, c.t(1), c.t(0).dims(), 2, false);
-  int64_t r = g.rank(), L = p.lead;
+  int64_t L = p.lead;
   Value divisor = c.has(7) ? b.constant(static_cast<double>(c.i(7)), g.type)
                            : bcast(b, b.convert(avg_pool_divisor(b, p, c.i(6) != 0), t), g.dims(), {L, L + 1});
   g = div(b, g, divisor);
-  Dims lo(r, 0), hi(r, 0), interior(r, 0), window(r, 1), ones(r, 1);
-  for (int i = 0; i < 2; ++i) {
-    int64_t len = p.out[i] > 0 ? (p.out[i] - 1) * p.stride[i] + 1 : 0;
-    lo[L + i] = p.kernel[i] - 1 - p.padding[i];
-    hi[L + i] = p.in[i] + p.kernel[i] - 1 - len - lo[L + i];
-    interior[L + i] = p.stride[i] - 1;
-    window[L + i] = p.kernel[i];
-  }
-  Value d = b.pad(g, b.scalar(0, t), lo, hi, interior);
-  std::vector<std::pair<int64_t, int64_t>> none(r, {0, 0});
-  Value gx = window_sum(b, d, window, ones, none);
+  Value gx = avg_pool_backward_sum(b, g, L, p.kernel, p.stride, p.padding, {p.in[0], p.in[1]}, {p.out[0], p.out[1]});
   return one(b.reshape(gx, c.out_dims()));
 }
 

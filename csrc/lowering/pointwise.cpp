@@ -61,9 +61,6 @@ Value compare(Ctx& c, Cmp dir) {
   return c.b.compare(dir, operand(c, 0, t, c.out_dims()), operand(c, 1, t, c.out_dims()));
 }
 
-// x in the output's type, or in f32 for half types (as torch's CPU kernels compute them).
-Value up(Ctx& c, size_t k) { return operand(c, k, accumulation_type(c.out_type()), c.out_dims()); }
-
 Value sigmoid(Builder& b, Value x) { return b.unary("logistic", x); }
 
 Value gelu(Builder& b, Value x, bool tanh_approx) {

@@ -1,5 +1,5 @@
 // Reduction rows: sums, means, extrema and their indices, variance, norms, logical reductions, scans,
-// softmax. Half-precision inputs accumulate in float32, as torch does. Results are reshaped to the
+// softmax, nansum, aminmax, trace, segment_reduce. Half-precision inputs accumulate in float32, as torch does. Results are reshaped to the
 // shape inference's output, which takes care of keepdim.
 #include <cmath>
 #include <limits>
@@ -206,6 +206,119 @@ Value histc(Ctx& c) {
   return b.convert(b.slice(counts, {0}, {bins}, {1}), t);
 }
 
+Value nansum(Ctx& c) {
+  Builder& b = c.b;
+  ElementType acc = accumulation_type(c.out_type());
+  Value x = b.convert(c.t(0), acc);
+  if (pjrt::is_complex(acc)) throw hlo::Error("nansum: complex inputs are not lowered");
+  if (pjrt::is_float(acc)) x = b.select(isnan(b, x), like(b, 0, x), x);
+  return b.reshape(reduce_sum(b, x, reduction_dims(c, 1, x.rank())), c.out_dims());
+}
+
+V aminmax(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  Dims dims = c.has(1) && x.rank() > 0 ? Dims{wrap_dim(c.i(1), x.rank())} : iota_dims(0, x.rank());
+  if (c.has(1) && x.rank() == 0) wrap_dim(c.i(1), 0);
+  const bool pred = x.elem() == ElementType::kPred;
+  Value mn = reduce(b, x, dims, pred ? "and" : "minimum", highest(b, x.elem()));
+  Value mx = reduce(b, x, dims, pred ? "or" : "maximum", lowest(b, x.elem()));
+  if (pjrt::is_float(x.elem())) {  // XLA's minimum/maximum may drop NaN: propagate it explicitly
+    Value any_nan = reduce(b, isnan(b, x), dims, "or", b.scalar(0, ElementType::kPred));
+    mn = b.select(any_nan, b.constant(NAN, mn.type), mn);
+    mx = b.select(any_nan, b.constant(NAN, mx.type), mx);
+  }
+  return V{b.reshape(mn, c.out_dims(0)), b.reshape(mx, c.out_dims(1))};
+}
+
+Value trace(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  if (x.rank() != 2) throw hlo::Error("trace: expected a matrix");
+  ElementType acc = accumulation_type(c.out_type());
+  Value xv = b.convert(x, acc);
+  if (xv.elem() == ElementType::kPred) xv = b.convert(xv, ElementType::kS64);
+  Type it{ElementType::kS64, x.dims()};
+  Value diag = b.compare(Cmp::EQ, b.iota(it, 0), b.iota(it, 1));
+  Value d = b.select(diag, xv, b.constant(0, xv.type));
+  return b.reshape(reduce_sum(b, d, {0, 1}), c.out_dims());
+}
+
+// segment_reduce(data, reduce, *, lengths?, indices?, offsets?, axis, unsafe, initial?) along axis 0
+// with 1-d lengths or offsets: each segment reduced starting from `initial` (sum, mean, max, min,
+// prod); mean divides by the segment's length, and an empty segment gives initial (NaN without one).
+Value segment_reduce(Ctx& c) {
+  Builder& b = c.b;
+  Value d = c.t(0);
+  ElementType t = d.elem();
+  if (!pjrt::is_float(t)) throw hlo::Error("segment_reduce: floating-point only");
+  if (c.has(3)) throw hlo::Error("segment_reduce: indices are not lowered");
+  const std::string red = c.arg(1).s;
+  Value start, end;
+  int64_t S;
+  if (c.has(2)) {
+    Value len = c.t(2);
+    if (len.rank() != 1) throw hlo::Error("segment_reduce: only 1-d lengths");
+    S = len.dims()[0];
+    len = b.convert(len, ElementType::kS64);
+    end = len;
+    for (int64_t shift = 1; shift < S; shift *= 2)
+      end = add(b, end, b.slice(b.pad(end, b.scalar_i(0, ElementType::kS64), {shift}, {0}, {0}), {0}, {S}, {1}));
+    start = sub(b, end, len);
+  } else if (c.has(4)) {
+    Value off = b.convert(c.t(4), ElementType::kS64);
+    if (off.rank() != 1 || off.dims()[0] < 1) throw hlo::Error("segment_reduce: only 1-d offsets");
+    S = off.dims()[0] - 1;
+    start = b.slice(off, {0}, {S}, {1});
+    end = b.slice(off, {1}, {S + 1}, {1});
+  } else {
+    throw hlo::Error("segment_reduce: lengths or offsets required");
+  }
+  if (c.i(5) != 0 && !(c.i(5) == -1 && d.rank() == 1)) throw hlo::Error("segment_reduce: only axis 0");
+  if (S == 0 || numel(c.out_dims()) == 0) return b.constant(0, c.out());
+  const int64_t L = d.dims()[0];
+  Dims rest(d.dims().begin() + 1, d.dims().end());
+  Dims full{S, L};
+  full.insert(full.end(), rest.begin(), rest.end());
+  Dims od{S};
+  od.insert(od.end(), rest.begin(), rest.end());
+  Type it{ElementType::kS64, {S, L}};
+  Value i = b.iota(it, 1);
+  Value in = andv(b, b.compare(Cmp::GE, i, b.broadcast_in_dim(start, {S, L}, {0})),
+                  b.compare(Cmp::LT, i, b.broadcast_in_dim(end, {S, L}, {0})));
+  Value mask = b.broadcast_in_dim(in, full, {0, 1});
+  Dims dd;
+  for (int64_t k2 = 0; k2 < d.rank(); ++k2) dd.push_back(k2 + 1);
+  Value x = b.broadcast_in_dim(d, full, dd);
+  Value init = c.has(7) ? operand(c, 7, t, od) : Value{};
+  Value count = b.convert(b.broadcast_in_dim(sub(b, end, start), od, {0}), t);
+  Value any_nan = reduce(b, andv(b, mask, isnan(b, x)), {1}, "or", b.scalar(0, ElementType::kPred));
+  Value r;
+  if (red == "sum" || red == "mean") {
+    r = reduce_sum(b, b.select(mask, x, b.constant(0, x.type)), {1});
+    if (init.valid()) r = add(b, init, r);
+    if (red == "mean") {
+      Value m = div(b, r, count);
+      r = b.select(b.compare(Cmp::EQ, count, like(b, 0, count)), init.valid() ? init : b.constant(NAN, m.type), m);
+    }
+  } else if (red == "max" || red == "min") {
+    bool mx = red == "max";
+    Value fill = b.constant(mx ? -INFINITY : INFINITY, x.type);
+    r = reduce(b, b.select(mask, x, fill), {1}, mx ? "maximum" : "minimum", b.scalar(mx ? -INFINITY : INFINITY, t));
+    if (init.valid()) {
+      Value better = b.compare(mx ? Cmp::GT : Cmp::LT, init, r);
+      r = b.select(orv(b, better, isnan(b, init)), init, r);
+    }
+    r = b.select(any_nan, b.constant(NAN, r.type), r);
+  } else if (red == "prod") {
+    r = reduce(b, b.select(mask, x, b.constant(1, x.type)), {1}, "multiply", b.scalar(1, t));
+    if (init.valid()) r = mul(b, init, r);
+  } else {
+    throw hlo::Error("segment_reduce: unknown reduction");
+  }
+  return b.reshape(r, c.out_dims());
+}
+
 const Rows rows = {
     {{"histc", "histc.out"}, [](Ctx& c) { return one(histc(c)); }},
     {{"sum.dim_IntList", "sum.IntList_out"}, [](Ctx& c) { return one(sum_dims(c, 1)); }},
@@ -308,6 +421,10 @@ const Rows rows = {
        Value s = reduce_sum(c.b, g, {dim});
        return one(c.b.binary("subtract", g, c.b.binary("multiply", c.b.unary("exponential", y), bcast_reduced(c.b, s, y, dim))));
      }},
+    {{"nansum", "nansum.out"}, [](Ctx& c) { return one(nansum(c)); }},
+    {{"aminmax", "aminmax.out"}, aminmax},
+    {{"trace", "trace.out"}, [](Ctx& c) { return one(trace(c)); }},
+    {{"segment_reduce", "segment_reduce.out"}, [](Ctx& c) { return one(segment_reduce(c)); }},
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Shape rows: concatenation, padding, flips, rolls, triangles, repeats.
+// Shape rows: concatenation, channel_shuffle. (Padding, flips, rolls, triangles and repeats are in indexing.cpp.)
 #include "lowering/helpers.h"
 
 namespace lowering {
@@ -23,8 +23,25 @@ Value cat(Ctx& c) {
   return c.b.concatenate(parts, dim);
 }
 
+// channel_shuffle(self, groups): [N, g, C/g, ...] -> [N, C/g, g, ...]
+Value channel_shuffle(Ctx& c) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  int64_t g = c.i(1);
+  if (x.rank() < 3 || g <= 0 || x.dims()[1] % g != 0) throw hlo::Error("channel_shuffle: bad arguments");
+  Dims split{x.dims()[0], g, x.dims()[1] / g};
+  Dims perm{0, 2, 1};
+  for (int64_t i = 2; i < x.rank(); ++i) {
+    split.push_back(x.dims()[i]);
+    perm.push_back(i + 1);
+  }
+  return b.reshape(b.transpose(b.reshape(x, split), perm), x.dims());
+}
+
 const Rows rows = {
     {{"cat", "cat.out"}, [](Ctx& c) { return one(cat(c)); }},
+    {{"channel_shuffle", "channel_shuffle.out"}, [](Ctx& c) { return one(channel_shuffle(c)); }},
+    {{"native_channel_shuffle"}, [](Ctx& c) { return one(channel_shuffle(c)); }},
 };
 
 }  // namespace

@@ -1,0 +1,323 @@
+// Special functions, each following the formula of torch's CPU kernel (special cases included) so results
+// agree to rounding; half-precision inputs compute in float32 (or double where noted) as those kernels do:
+// logaddexp/logaddexp2, xlogy/xlog1py, sinc, logit (and its backward), entr, the Hurwitz zeta function and
+// polygamma, modified Bessel functions i0/i0e/i1/i1e, ndtri, log_ndtr and erfcx.
+#include <cmath>
+#include <string>
+
+#include "lowering/helpers.h"
+
+namespace lowering {
+namespace {
+
+using hlo::Cmp;
+
+// logaddexp (base e) and logaddexp2: equal infinities return themselves, else max + log1p(exp(-|a-b|)).
+Value logaddexp(Ctx& c, bool base2) {
+  Builder& b = c.b;
+  Value x = up(c, 0), y = up(c, 1);
+  Value m = b.binary("maximum", x, y);
+  Value d = b.unary("negate", b.unary("abs", sub(b, x, y)));
+  Value r;
+  if (base2) {
+    Value e = b.unary("exponential", mul(b, d, like(b, M_LN2, d)));
+    r = add(b, m, mul(b, b.unary("log_plus_one", e), like(b, 1.0 / M_LN2, e)));
+  } else {
+    r = add(b, m, b.unary("log_plus_one", b.unary("exponential", d)));
+  }
+  return b.select(andv(b, is_inf(b, x), b.compare(Cmp::EQ, x, y)), x, r);
+}
+
+// xlogy / xlog1py: NaN where y is NaN, 0 where x == 0, x * log(y) (log1p(y)) otherwise.
+Value xlogy(Ctx& c, bool log1p) {
+  Builder& b = c.b;
+  Value x = up(c, 0), y = up(c, 1);
+  Value r = mul(b, x, b.unary(log1p ? "log_plus_one" : "log", y));
+  r = b.select(b.compare(Cmp::EQ, x, like(b, 0, x)), like(b, 0, x), r);
+  return b.select(isnan(b, y), like(b, NAN, y), r);
+}
+
+Value sinc(Ctx& c) {
+  Builder& b = c.b;
+  Value x = up(c, 0);
+  Value p = mul(b, like(b, M_PI, x), x);
+  Value r = div(b, b.unary("sine", p), p);
+  return b.select(b.compare(Cmp::EQ, x, like(b, 0, x)), like(b, 1, x), r);
+}
+
+// logit(x, eps?) = log(x / (1 - x)) with x clamped to [eps, 1 - eps] when eps is given.
+Value logit(Ctx& c) {
+  Builder& b = c.b;
+  Value x = up(c, 0);
+  if (c.has(1)) {
+    Value lo = like(b, c.d(1), x), hi = like(b, 1.0 - c.d(1), x);
+    x = b.select(b.compare(Cmp::LT, x, lo), lo, b.select(b.compare(Cmp::GT, x, hi), hi, x));
+  }
+  return b.unary("log", div(b, x, sub(b, like(b, 1, x), x)));
+}
+
+// logit_backward(grad, x, eps?): grad / (x (1 - x)); outside [eps, 1 - eps] 0 (NaN outside [0, 1] without eps).
+Value logit_backward(Ctx& c) {
+  Builder& b = c.b;
+  Value g = up(c, 0), x = up(c, 1);
+  Value r = div(b, g, mul(b, x, sub(b, like(b, 1, x), x)));
+  double lo = c.has(2) ? c.d(2) : 0, hi = c.has(2) ? 1.0 - c.d(2) : 1;
+  Value out = orv(b, b.compare(Cmp::LT, x, like(b, lo, x)), b.compare(Cmp::GT, x, like(b, hi, x)));
+  return b.select(out, like(b, c.has(2) ? 0.0 : NAN, x), r);
+}
+
+// special_entr: -x log(x) for x > 0, 0 at 0, -inf below, NaN stays.
+Value entr(Ctx& c) {
+  Builder& b = c.b;
+  Value x = up(c, 0), zero = like(b, 0, x);
+  Value r = b.unary("negate", mul(b, x, b.unary("log", x)));
+  r = b.select(b.compare(Cmp::EQ, x, zero), zero, r);
+  r = b.select(b.compare(Cmp::LT, x, zero), like(b, -INFINITY, x), r);
+  return b.select(isnan(b, x), x, r);
+}
+
+// Modified Bessel functions of the first kind, orders 0 and 1 (optionally scaled by exp(-|x|)), in
+// double: the power series sum_k (x/2)^(2k+nu) / (k! (k+nu)!) up to |x| = 30, Hankel's asymptotic
+// expansion e^x / sqrt(2 pi x) * sum_k (-1)^k a_k(nu) / x^k beyond. Accurate to double rounding, so
+// float results are correctly rounded.
+Value bessel_i(Builder& b, Value x_in, int nu, bool scaled) {
+  ElementType t = x_in.elem();
+  Value x = b.convert(x_in, ElementType::kF64);
+  Value ax = b.unary("abs", x);
+  Value big = b.compare(Cmp::GT, ax, like(b, 30, ax));
+  // series on min(|x|, 30) (the other branch is selected past 30)
+  Value xs = b.binary("minimum", ax, like(b, 30, ax));
+  Value h = mul(b, xs, like(b, 0.5, xs));
+  Value h2 = mul(b, h, h);
+  Value term = nu == 0 ? like(b, 1, h) : h;
+  Value sum = term;
+  for (int kk = 1; kk < 100; ++kk) {
+    term = mul(b, term, div(b, h2, like(b, static_cast<double>(kk) * (kk + nu), h2)));
+    sum = add(b, sum, term);
+  }
+  Value series = scaled ? mul(b, sum, b.unary("exponential", b.unary("negate", xs))) : sum;
+  // asymptotic on max(|x|, 30)
+  Value xa = b.binary("maximum", ax, like(b, 30, ax));
+  double mu = 4.0 * nu * nu;
+  Value inv = div(b, like(b, 1, xa), xa);
+  Value acc = like(b, 1, xa), p = like(b, 1, xa);
+  double coef = 1;
+  for (int kk = 1; kk < 30; ++kk) {
+    double odd = 2.0 * kk - 1;
+    coef *= -(mu - odd * odd) / (kk * 8.0);
+    p = mul(b, p, inv);
+    acc = add(b, acc, mul(b, like(b, coef, p), p));
+  }
+  Value pre = b.unary("rsqrt", mul(b, like(b, 2 * M_PI, xa), xa));
+  Value asym = mul(b, pre, acc);
+  if (!scaled) asym = mul(b, asym, b.unary("exponential", xa));
+  Value r = b.select(big, asym, series);
+  if (nu == 1) r = b.select(b.compare(Cmp::LT, x, like(b, 0, x)), b.unary("negate", r), r);  // odd function
+  r = b.select(isnan(b, x), x, r);
+  return b.convert(r, t);
+}
+
+Value bessel_row(Ctx& c, int nu, bool scaled) {
+  Value x = up(c, 0);
+  if (!pjrt::is_float(x.elem())) throw hlo::Error("bessel: floating-point only");
+  return bessel_i(c.b, x, nu, scaled);
+}
+
+// Argument 0 in double, for rows that compute in double (floating-point inputs only); the row converts
+// its result back to the output's accumulation type.
+Value in_f64(Ctx& c, const char* op) {
+  Value x = up(c, 0);
+  if (!pjrt::is_float(x.elem())) throw hlo::Error(std::string(op) + ": floating-point only");
+  return c.b.convert(x, ElementType::kF64);
+}
+
+// special_ndtri(p) = sqrt(2) erfinv(2p - 1), in double.
+Value ndtri(Ctx& c) {
+  Builder& b = c.b;
+  Value p = in_f64(c, "ndtri");
+  Value y = sub(b, mul(b, p, like(b, 2, p)), like(b, 1, p));
+  Value r = mul(b, b.chlo_unary("erf_inv", y), like(b, M_SQRT2, y));
+  return b.convert(r, accumulation_type(c.out_type()));
+}
+
+// special_log_ndtr(x) = log(Phi(x)): log(erfc(-x/sqrt2)/2) below 0, log1p(-erfc(x/sqrt2)/2) above, and
+// the asymptotic series -x^2/2 - log(-x) - log(2 pi)/2 + log(1 - 1/x^2 + 3/x^4 - 15/x^6) far below.
+Value log_ndtr(Ctx& c) {
+  Builder& b = c.b;
+  Value x = in_f64(c, "log_ndtr");
+  Value s = mul(b, x, like(b, M_SQRT1_2, x));
+  Value lo = b.unary("log", mul(b, b.chlo_unary("erfc", b.unary("negate", s)), like(b, 0.5, s)));
+  Value hi = b.unary("log_plus_one", b.unary("negate", mul(b, b.chlo_unary("erfc", s), like(b, 0.5, s))));
+  Value xm = b.binary("minimum", x, like(b, -20, x));
+  Value i2 = div(b, like(b, 1, xm), mul(b, xm, xm));
+  Value poly = add(b, like(b, 1, i2), mul(b, i2, add(b, like(b, -1, i2), mul(b, i2, add(b, like(b, 3, i2), mul(b, i2, like(b, -15, i2)))))));
+  Value far = sub(b, sub(b, mul(b, like(b, -0.5, xm), mul(b, xm, xm)), b.unary("log", b.unary("negate", xm))),
+                  like(b, 0.5 * std::log(2 * M_PI), xm));
+  far = add(b, far, b.unary("log", poly));
+  Value r = b.select(b.compare(Cmp::LT, x, like(b, 0, x)), lo, hi);
+  r = b.select(b.compare(Cmp::LT, x, like(b, -20, x)), far, r);
+  return b.convert(r, accumulation_type(c.out_type()));
+}
+
+// special_erfcx(x) = exp(x^2) erfc(x), in double; an asymptotic series for x > 25.
+Value erfcx(Ctx& c) {
+  Builder& b = c.b;
+  Value x = in_f64(c, "erfcx");
+  Value xs = b.binary("minimum", x, like(b, 25, x));
+  Value direct = mul(b, b.unary("exponential", mul(b, xs, xs)), b.chlo_unary("erfc", xs));
+  Value xl = b.binary("maximum", x, like(b, 25, x));
+  Value i2 = div(b, like(b, 1, xl), mul(b, xl, xl));
+  // 1/(x sqrt(pi)) * (1 - 1/(2x^2) + 3/(4x^4) - 15/(8x^6) + 105/(16x^8))
+  Value series = like(b, 105.0 / 16, i2);
+  for (double cf : {-15.0 / 8, 3.0 / 4, -1.0 / 2, 1.0}) series = add(b, like(b, cf, i2), mul(b, i2, series));
+  Value asym = div(b, series, mul(b, xl, like(b, std::sqrt(M_PI), xl)));
+  Value r = b.select(b.compare(Cmp::GT, x, like(b, 25, x)), asym, direct);
+  r = b.select(isnan(b, x), x, r);
+  return b.convert(r, accumulation_type(c.out_type()));
+}
+
+// The Hurwitz zeta function zeta(x, q), following the Euler-Maclaurin evaluation of torch's CPU kernel
+// in the input's precision: s = sum of (q + i)^-x for i = 0.. while i < 9 or q + i <= 9 (returning
+// early once a term no longer changes s), then the remainder and 12 Bernoulli corrections. The terms
+// are computed side by side along a new axis of 40 (exact for q >= -30) and summed by a prefix sum.
+Value zeta_values(Builder& b, Value x, Value q) {
+  const int64_t K = 40;
+  const Dims& d = x.dims();
+  const int64_t r = x.rank();
+  Dims dk = d;
+  dk.push_back(K);
+  Dims keep = iota_dims(0, r);
+  auto wide = [&](Value v) { return b.broadcast_in_dim(v, dk, keep); };
+  Value one_ = like(b, 1, x), zero = like(b, 0, x);
+  Value machep = like(b, 1.11022302462515654042e-16, x);
+  Value s0 = b.binary("power", q, b.unary("negate", x));
+  Type ik{ElementType::kS64, dk};
+  Value i1 = add(b, b.iota(ik, r), b.constant_i(1, ik));  // 1..K
+  Value fi = b.convert(i1, x.elem());
+  Value a = add(b, wide(q), fi);                           // q + i
+  Value a_prev = sub(b, a, b.constant(1, a.type));
+  Value t = b.binary("power", a, wide(b.unary("negate", x)));
+  Value cond = orv(b, b.compare(Cmp::LE, i1, b.constant_i(9, ik)), b.compare(Cmp::LE, a_prev, b.constant(9, a.type)));
+  // prefix sums s0 + t_1 + ... + t_i along the new axis
+  Value ps = t;
+  Dims zeros(r + 1, 0), ones(r + 1, 1);
+  for (int64_t shift = 1; shift < K; shift *= 2) {
+    Dims low = zeros;
+    low[r] = shift;
+    ps = add(b, ps, b.slice(b.pad(ps, b.scalar(0, x.elem()), low, zeros, zeros), zeros, dk, ones));
+  }
+  ps = add(b, ps, wide(s0));
+  Value mk = wide(machep);
+  Value tiny = andv(b, b.compare(Cmp::LT, mul(b, b.unary("negate", mk), ps), t), b.compare(Cmp::LT, t, mul(b, mk, ps)));
+  Value big_i = b.constant_i(K + 1, ik);
+  Value first_tiny = reduce(b, b.select(andv(b, tiny, cond), i1, big_i), {r}, "minimum", b.scalar_i(K + 1, ElementType::kS64));
+  Value n_end = reduce_sum(b, b.convert(cond, ElementType::kS64), {r});
+  auto at = [&](Value v, Value pos) {  // v[..., pos - 1]
+    Value hit = b.compare(Cmp::EQ, i1, b.broadcast_in_dim(pos, dk, keep));
+    return reduce_sum(b, b.select(hit, v, b.constant(0, v.type)), {r});
+  };
+  Value done = b.compare(Cmp::LE, first_tiny, b.constant_i(K, first_tiny.type));
+  Value early = at(ps, first_tiny);
+  Value sv = at(ps, n_end), bb = at(t, n_end), w = at(a, n_end);
+  sv = add(b, sv, div(b, mul(b, bb, w), sub(b, x, one_)));
+  sv = sub(b, sv, mul(b, like(b, 0.5, bb), bb));
+  // A[i] = (2i+2)! / B_{2i+2}
+  static const double bern[12] = {1.0 / 6,       -1.0 / 30,    1.0 / 42,         -1.0 / 30,
+                                  5.0 / 66,      -691.0 / 2730, 7.0 / 6,         -3617.0 / 510,
+                                  43867.0 / 798, -174611.0 / 330, 854513.0 / 138, -236364091.0 / 2730};
+  Value av = one_, kv = zero;
+  Value tail_done = b.constant(0, Type{ElementType::kPred, d});
+  double fact = 1;
+  for (int i = 0; i < 12; ++i) {
+    fact *= (2.0 * i + 1) * (2.0 * i + 2);
+    av = mul(b, av, add(b, x, kv));
+    bb = div(b, bb, w);
+    Value term = div(b, mul(b, av, bb), like(b, fact / bern[i], av));
+    Value s2 = add(b, sv, term);
+    sv = b.select(tail_done, sv, s2);
+    tail_done = orv(b, tail_done, b.compare(Cmp::LT, b.unary("abs", div(b, term, s2)), machep));
+    kv = add(b, kv, one_);
+    av = mul(b, av, add(b, x, kv));
+    bb = div(b, bb, w);
+    kv = add(b, kv, one_);
+  }
+  Value res = b.select(done, early, sv);
+  // special cases: x == 1 -> inf; x < 1 -> NaN; q <= 0: integer q -> inf, non-integer x -> NaN
+  Value q_le0 = b.compare(Cmp::LE, q, zero);
+  res = b.select(andv(b, q_le0, b.compare(Cmp::NE, x, b.unary("floor", x))), like(b, NAN, x), res);
+  res = b.select(andv(b, q_le0, b.compare(Cmp::EQ, q, b.unary("floor", q))), like(b, INFINITY, x), res);
+  res = b.select(b.compare(Cmp::LT, x, one_), like(b, NAN, x), res);
+  res = b.select(b.compare(Cmp::EQ, x, one_), like(b, INFINITY, x), res);
+  return res;
+}
+
+// trigamma: reflection below 1/2, six recurrence steps, then the asymptotic series (as torch's CPU).
+Value trigamma(Builder& b, Value x) {
+  Value one_ = like(b, 1, x);
+  Value reflect = b.compare(Cmp::LT, x, like(b, 0.5, x));
+  Value pi = like(b, static_cast<double>(static_cast<float>(M_PI)), x);
+  if (x.elem() == ElementType::kF64) pi = like(b, M_PI, x);
+  Value sn = b.unary("sine", mul(b, pi, x));
+  Value result = b.select(reflect, b.unary("negate", div(b, mul(b, pi, pi), mul(b, sn, sn))), like(b, 0, x));
+  Value z = b.select(reflect, sub(b, one_, x), x);
+  for (int i = 0; i < 6; ++i) {
+    result = add(b, result, div(b, one_, mul(b, z, z)));
+    z = add(b, z, one_);
+  }
+  Value ixx = div(b, one_, mul(b, z, z));
+  Value inner = sub(b, like(b, 1.0 / 30, x), mul(b, ixx, like(b, 1.0 / 42, x)));
+  inner = sub(b, like(b, 1.0 / 6, x), mul(b, ixx, inner));
+  Value series = add(b, add(b, one_, div(b, one_, mul(b, like(b, 2, z), z))), mul(b, ixx, inner));
+  result = add(b, result, div(b, series, z));
+  return b.select(reflect, b.unary("negate", result), result);
+}
+
+Value polygamma(Ctx& c) {
+  Builder& b = c.b;
+  Value x = up(c, 1);
+  if (!pjrt::is_float(x.elem())) throw hlo::Error("polygamma: floating-point only");
+  int64_t n = c.i(0);
+  if (n < 0) throw hlo::Error("polygamma: negative order");
+  if (n == 0) return b.chlo_unary("digamma", x);
+  if (n == 1) return trigamma(b, x);
+  double fact = 1;
+  for (int64_t i = 2; i <= n; ++i) fact *= static_cast<double>(i);
+  Value z = zeta_values(b, like(b, static_cast<double>(n + 1), x), x);
+  Value r = mul(b, b.convert(z, ElementType::kF64), b.constant((n % 2 ? 1.0 : -1.0) * fact, Type{ElementType::kF64, x.dims()}));
+  return b.convert(r, x.elem());
+}
+
+Value zeta(Ctx& c) {
+  Value x = up(c, 0), q = up(c, 1);
+  if (!pjrt::is_float(x.elem())) throw hlo::Error("zeta: floating-point only");
+  return zeta_values(c.b, x, q);
+}
+
+const Rows rows = {
+    {{"logaddexp", "logaddexp.out"}, [](Ctx& c) { return one(logaddexp(c, false)); }},
+    {{"logaddexp2", "logaddexp2.out"}, [](Ctx& c) { return one(logaddexp(c, true)); }},
+    {{"xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor"}, [](Ctx& c) { return one(xlogy(c, false)); }},
+    {{"xlogy.Scalar_Self", "xlogy.OutScalar_Self"}, [](Ctx& c) { return one(xlogy(c, false)); }},
+    {{"xlogy.Scalar_Other", "xlogy_.Scalar_Other", "xlogy.OutScalar_Other"}, [](Ctx& c) { return one(xlogy(c, false)); }},
+    {{"special_xlog1py", "special_xlog1py.out"}, [](Ctx& c) { return one(xlogy(c, true)); }},
+    {{"special_xlog1py.self_scalar", "special_xlog1py.self_scalar_out"}, [](Ctx& c) { return one(xlogy(c, true)); }},
+    {{"special_xlog1py.other_scalar", "special_xlog1py.other_scalar_out"}, [](Ctx& c) { return one(xlogy(c, true)); }},
+    {{"special_zeta", "special_zeta.out"}, [](Ctx& c) { return one(zeta(c)); }},
+    {{"special_zeta.self_scalar", "special_zeta.self_scalar_out"}, [](Ctx& c) { return one(zeta(c)); }},
+    {{"special_zeta.other_scalar", "special_zeta.other_scalar_out"}, [](Ctx& c) { return one(zeta(c)); }},
+    {{"sinc", "sinc_", "sinc.out"}, [](Ctx& c) { return one(sinc(c)); }},
+    {{"logit", "logit_", "logit.out"}, [](Ctx& c) { return one(logit(c)); }},
+    {{"logit_backward", "logit_backward.grad_input"}, [](Ctx& c) { return one(logit_backward(c)); }},
+    {{"special_entr", "special_entr.out"}, [](Ctx& c) { return one(entr(c)); }},
+    {{"polygamma", "polygamma.out"}, [](Ctx& c) { return one(polygamma(c)); }},
+    {{"i0", "i0_", "i0.out"}, [](Ctx& c) { return one(bessel_row(c, 0, false)); }},
+    {{"special_i0e", "special_i0e.out"}, [](Ctx& c) { return one(bessel_row(c, 0, true)); }},
+    {{"special_i1", "special_i1.out"}, [](Ctx& c) { return one(bessel_row(c, 1, false)); }},
+    {{"special_i1e", "special_i1e.out"}, [](Ctx& c) { return one(bessel_row(c, 1, true)); }},
+    {{"special_ndtri", "special_ndtri.out"}, [](Ctx& c) { return one(ndtri(c)); }},
+    {{"special_log_ndtr", "special_log_ndtr.out"}, [](Ctx& c) { return one(log_ndtr(c)); }},
+    {{"special_erfcx", "special_erfcx.out"}, [](Ctx& c) { return one(erfcx(c)); }},
+};
+
+}  // namespace
+}  // namespace lowering
