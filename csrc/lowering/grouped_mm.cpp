@@ -40,21 +40,30 @@ std::pair<Value, Value> group_bounds(Builder& b, Value offs, int64_t rows) {
   return {min(b, starts, ends), ends};
 }
 
-// Loops over groups g and tiles of T rows within each: `tile(b, g, s, keep, acc)` returns the new
-// accumulator for the tile starting at row s (clamped so the tile fits; `keep` (pred[T]) marks the
-// rows of the tile that belong to group g and were not done by an earlier tile).
+// Loops over the non-empty groups g and tiles of T rows within each: `tile(b, g, s, keep, acc, extra)`
+// returns the new accumulator for the tile starting at row s (clamped so the tile fits; `keep` (pred[T])
+// marks the rows of the tile that belong to group g and were not done by an earlier tile). Empty groups
+// cost nothing: XLA hoists what depends on g alone (the group's weights) out of the tile loop, so it
+// runs once per non-empty group.
 template <class Tile>
 Value for_each_tile(Builder& b, Value offs, int64_t rows, int64_t t, Value acc, const V& extra, Tile tile) {
   auto [starts, ends] = group_bounds(b, offs, rows);
   const int64_t groups = offs.dims()[0];
-  V state{idx(b, 0), starts, ends, acc};
+  // the non-empty groups first, in order: sort g (empty ones moved past G)
+  Value nonempty = b.compare(Cmp::LT, starts, ends);
+  Value g_iota = b.iota(Type{kIdx, {groups}}, 0);
+  Value key = b.select(nonempty, g_iota, b.binary("add", g_iota, b.constant_i(groups, g_iota.type)));
+  Value order = b.sort({key}, 0, false, [](Builder& bb, const V& a) { return V{bb.compare(Cmp::LT, a[0], a[1])}; })[0];
+  Value count = reduce_sum(b, b.convert(nonempty, kIdx), {0});
+  V state{idx(b, 0), count, order, starts, ends, acc};
   state.insert(state.end(), extra.begin(), extra.end());
+  constexpr size_t kExtra = 6;
   V done = b.while_loop(
-      state, [&](Builder& bb, const V& s) { return V{bb.compare(Cmp::LT, s[0], idx(bb, groups))}; },
+      state, [&](Builder& bb, const V& s) { return V{bb.compare(Cmp::LT, s[0], s[1])}; },
       [&](Builder& bb, const V& s) {
-        Value g = s[0];
-        V inner{at(bb, s[1], g), at(bb, s[2], g), g, s[3]};
-        inner.insert(inner.end(), s.begin() + 4, s.end());
+        Value g = at(bb, s[2], s[0]);
+        V inner{at(bb, s[3], g), at(bb, s[4], g), g, s[5]};
+        inner.insert(inner.end(), s.begin() + kExtra, s.end());
         V r = bb.while_loop(
             inner, [&](Builder& b2, const V& q) { return V{b2.compare(Cmp::LT, q[0], q[1])}; },
             [&](Builder& b2, const V& q) {
@@ -69,27 +78,44 @@ Value for_each_tile(Builder& b, Value offs, int64_t rows, int64_t t, Value acc, 
               out.insert(out.end(), x.begin(), x.end());
               return out;
             });
-        V out{bb.binary("add", g, idx(bb, 1)), s[1], s[2], r[3]};
-        out.insert(out.end(), s.begin() + 4, s.end());
+        V out{bb.binary("add", s[0], idx(bb, 1)), s[1], s[2], s[3], s[4], r[3]};
+        out.insert(out.end(), s.begin() + kExtra, s.end());
         return out;
       });
-  return done[3];
+  return done[5];
 }
 
-// x[M,K] with rows in groups times w[G,K,N] -> [M,N] in `acc`: row m of group g is x[m] @ w[g].
-Value ragged_rows(Builder& b, Value x, Value w, Value offs, ElementType acc) {
-  const int64_t m = x.dims()[0], k = x.dims()[1], n = w.dims()[2];
-  Value out = b.constant(0, Type{acc, {m, n}});
-  if (m == 0 || w.dims()[0] == 0 || k == 0) return out;
+// The weights of group g as [K, N], from w [G, K, N], or from its storage order [G, N, K] (nt).
+Value group_weights(Builder& b, Value w, Value g) {
+  Value z = idx(b, 0);
+  const Dims& d = w.dims();
+  return b.reshape(b.dynamic_slice(w, {g, z, z}, {1, d[1], d[2]}), {d[1], d[2]});
+}
+
+// x[M,K] with rows in groups times w[G,K,N] -> [M,N] in `acc`: row m of group g is x[m] @ w[g]. With
+// `nt`, w is given as [G,N,K] (the storage order of a transposed view), and w[g] is its transpose; then
+// the product is formed as w[g] . x^T into a transposed result, transposed once at the end: XLA:CPU runs
+// [T,K] . [N,K]^T with a few rows up to 15x slower than [N,K] . [T,K]^T or [T,K] . [K,N] (and it folds a
+// transpose of a dot back into that slow form, hence the transposed accumulator).
+Value ragged_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType acc) {
+  const int64_t m = x.dims()[0], k = x.dims()[1], n = nt ? w.dims()[1] : w.dims()[2];
+  Value out = b.constant(0, Type{acc, nt ? Dims{n, m} : Dims{m, n}});
+  if (m == 0 || w.dims()[0] == 0 || k == 0 || n == 0) return nt ? b.transpose(out, {1, 0}) : out;
   const int64_t t = tile_rows(m, w.dims()[0]);
-  return for_each_tile(b, offs, m, t, out, {x, w}, [&](Builder& bb, Value g, Value s, Value keep, Value o, const V& xw) {
+  out = for_each_tile(b, offs, m, t, out, {x, w}, [&](Builder& bb, Value g, Value s, Value keep, Value o, const V& xw) {
     Value z = idx(bb, 0);
     Value xt = bb.dynamic_slice(xw[0], {s, z}, {t, k});
-    Value wg = bb.reshape(bb.dynamic_slice(xw[1], {g, z, z}, {1, k, n}), {k, n});
-    Value y = bb.dot_general(xt, wg, {}, {}, {1}, {0}, acc);
+    Value wg = group_weights(bb, xw[1], g);
+    if (nt) {
+      Value y = bb.dot_general(wg, xt, {}, {}, {1}, {1}, acc);  // [N, T]
+      Value old = bb.dynamic_slice(o, {z, s}, {n, t});
+      return bb.dynamic_update_slice(o, bb.select(bb.broadcast_in_dim(keep, {n, t}, {1}), y, old), {z, s});
+    }
+    Value y = bb.dot_general(xt, wg, {}, {}, {1}, {0}, acc);  // [T, N]
     Value old = bb.dynamic_slice(o, {s, z}, {t, n});
     return bb.dynamic_update_slice(o, bb.select(bb.broadcast_in_dim(keep, {t, n}, {0}), y, old), {s, z});
   });
+  return nt ? b.transpose(out, {1, 0}) : out;
 }
 
 // a[P,K] times b[K,N] with the contraction in groups -> [G,P,N] in `acc`: result g sums the products
@@ -117,17 +143,19 @@ Value ragged_contraction(Builder& b, Value a, Value y, Value offs, ElementType a
 Value grouped_mm(Ctx& c) {
   Builder& b = c.b;
   if (c.has(3)) throw hlo::Error("_grouped_mm: bias is not supported");
-  const ElementType t = c.t(0).elem(), acc = accumulation_type(c.out_type());
+  const ElementType acc = accumulation_type(c.out_type());
   Value x = c.t(0), w = c.t(1);
   const bool x2 = x.rank() == 2, w2 = w.rank() == 2;
   if (x2 && w2) return ragged_contraction(b, x, w, c.t(2), acc);
-  if (x2) return ragged_rows(b, x, w, c.t(2), acc);
-  if (w2) {
-    // columns of mat2 in groups: the transpose of ragged rows, mat2^T [N,K] times self^T [G,K,M]
-    Value r = ragged_rows(b, b.transpose(w, {1, 0}), b.transpose(x, {0, 2, 1}), c.t(2), acc);
-    return b.transpose(r, {1, 0});
+  if (x2) {
+    // a transposed view of [G, N, K] weights (what Transformers passes): read them in storage order
+    const bool nt = c.arg(1).layout == Dims{0, 2, 1};
+    return ragged_rows(b, x, nt ? b.transpose(w, {0, 2, 1}) : w, nt, c.t(2), acc);
   }
-  (void)t;
+  if (w2) {
+    // columns of mat2 in groups: (mat2^T [N,K] times self^T [G,K,M])^T, where self is self^T's nt form
+    return b.transpose(ragged_rows(b, b.transpose(w, {1, 0}), x, true, c.t(2), acc), {1, 0});
+  }
   return b.dot_general(x, w, {0}, {0}, {2}, {1}, acc);
 }
 

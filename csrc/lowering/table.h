@@ -28,6 +28,10 @@ struct Arg {
   enum Kind { kNone, kTensor, kTensorList, kInt, kInts, kDouble, kBool, kString, kDtype, kScalar };
   Kind kind = kNone;
   Value value;              // kTensor, and kScalar when passed at run time (a 0-d program input)
+  // kTensor on the device: its dims from the slowest-varying in storage to the fastest ({0, 2, 1} for a
+  // transposed [G, K, N] view of a [G, N, K] tensor; empty when unknown). A hint for rows whose cost
+  // depends on it: transposing back to storage order cancels the view's transpose, so costs nothing.
+  Dims layout;
   bool weak = false;        // a Python number (kScalar, or a wrapped-number tensor): weakest in promotion
   std::vector<Value> list;  // kTensorList (missing optional entries are invalid Values)
   int64_t i = 0;            // kInt, kBool

@@ -148,6 +148,13 @@ bool ViewForm::contiguous() const {
   return true;
 }
 
+Dims ViewForm::storage_order() const {
+  Dims order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return strides[x] > strides[y]; });
+  return order;
+}
+
 bool covers_storage(const BaseForm& base, const ViewForm& view) {
   return view.offset == 0 && view.contiguous() &&
          view.numel() * static_cast<int64_t>(pjrt::byte_size(view.elem)) == base.nbytes;

@@ -23,6 +23,7 @@ struct ViewForm {
   bool neg = false;
   int64_t numel() const;
   bool contiguous() const;  // row-major dense (size-1 dims may have any stride)
+  Dims storage_order() const;  // dims by decreasing stride (ties in dim order)
 };
 
 struct BaseForm {
