@@ -1,4 +1,4 @@
-"""python -m torch_pjrt info | demo | transformers-spec"""
+"""python -m torch_pjrt info | demo | conformance | fuzz | transformers-spec"""
 
 import argparse
 import sys
@@ -32,9 +32,21 @@ def main(argv=None) -> int:
     demo = sub.add_parser("demo", help="the main job: Hugging Face models on 'tpu', checked against the CPU")
     demo.add_argument("--once", action="store_true", help="skip the second run (the warm on-disk cache)")
     demo.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    sub.add_parser("conformance", add_help=False, help="op conformance over PyTorch's OpInfo database (see --help)")
     spec = sub.add_parser("transformers-spec", help="write torch_pjrt_spec.py for TRANSFORMERS_TEST_DEVICE_SPEC")
     spec.add_argument("folder", nargs="?", default=".")
-    args = parser.parse_args(argv)
+    sub.add_parser("fuzz", add_help=False, help="differential fuzzing against the CPU (see --help)")
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "conformance":
+        from .conformance import main as conformance
+
+        return conformance(rest)
+    if args.command == "fuzz":
+        from .fuzz import main as fuzz
+
+        return fuzz(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "info":
         return info()
     if args.command == "transformers-spec":
