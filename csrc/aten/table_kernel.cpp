@@ -477,7 +477,9 @@ class TableKernel final : public c10::OperatorKernel {
         return a;
       }
       int s = slot_of(t);
-      a.value = lowering::read_view(b, slot_values[s], forms[s], view_form(t));
+      lowering::ViewForm view = view_form(t);
+      a.value = lowering::read_view(b, slot_values[s], forms[s], view);
+      a.layout = view.storage_order();
       return a;
     };
     sources.scalar = [&](ElementType type, const c10::Scalar&, int index, int item) {
