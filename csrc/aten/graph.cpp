@@ -112,10 +112,13 @@ std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::j
                                sources));
   TORCH_CHECK(next_tensor == tensor_ids.size(), "aten::", overload, ": ", tensor_ids.size(), " value ids for ",
               next_tensor, " tensor arguments");
-  if (row.flags & lowering::kRandom) {
-    ctx.rng_state = b_.arg(hlo::Type{pjrt::ElementType::kU64, {2}});
+  auto add_rng_state = [&] {  // rows that draw only in some cases (attention dropout) ask lazily
+    hlo::Value state = b_.arg(hlo::Type{pjrt::ElementType::kU64, {2}});
     inputs_.push_back({true, -1, {pjrt::ElementType::kU64, {2}}});
-  }
+    return state;
+  };
+  if (row.flags & lowering::kRandom) ctx.rng_state = add_rng_state();
+  ctx.lazy_rng_state = add_rng_state;
   std::vector<hlo::Value> results = row.fn(ctx);
   convert_results(b_, results, specs, "aten::" + overload);
   std::vector<int> ids;

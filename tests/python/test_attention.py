@@ -308,3 +308,44 @@ def test_hf_half_precision_attention(name, impl, dtype):
         err_tpu, err_cpu = (g - x).abs().max().item(), (c - x).abs().max().item()
         # no farther from the exact result than the CPU, up to 4 units in the last place of the output
         assert err_tpu <= err_cpu + 4 * ulp * x.abs().max().item(), f"{k}: tpu {err_tpu:.3g} cpu {err_cpu:.3g}"
+
+
+def test_compiled_graph_uses_the_fused_rows(monkeypatch):
+    """torch.compile(backend="tpu") traces SDPA into the same fused ops (graph lowering); with dropout the
+    generator state becomes a graph input only then. Results and gradients match the CPU."""
+    from torch_pjrt import dynamo
+
+    graphs = []
+    init = dynamo._Lowering.__init__
+
+    def record(self, gm, name):
+        graphs.append(gm.code)
+        init(self, gm, name)
+
+    monkeypatch.setattr(dynamo._Lowering, "__init__", record)
+
+    def f(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+
+    gen = torch.Generator().manual_seed(2)
+    q, k, m = torch.randn(2, 4, 5, 8, generator=gen), torch.randn(2, 2, 5, 8, generator=gen), torch.randn(2, 1, 5, 5, generator=gen)
+    qt, kt, mt = [x.to("tpu").requires_grad_() for x in (q, k, m)]
+    out = torch.compile(f, backend="tpu")(qt, kt, kt, mt)
+    out.sum().backward()
+    qc, kc, mc = [x.clone().requires_grad_() for x in (q, k, m)]
+    ref = f(qc, kc, kc, mc)
+    ref.sum().backward()
+    for g, c in ((out, ref), (qt.grad, qc.grad), (kt.grad, kc.grad), (mt.grad, mc.grad)):
+        torch.testing.assert_close(g.detach().cpu(), c, atol=1e-5, rtol=1e-5)
+    assert len(graphs) == 2 and "_scaled_dot_product_fused_attention_overrideable.default(" in graphs[0], graphs
+    assert "_scaled_dot_product_fused_attention_overrideable_backward" in graphs[1], graphs
+    assert not any("softmax" in g or "bmm" in g for g in graphs), graphs
+
+    dropped = torch.compile(lambda x: F.scaled_dot_product_attention(x, x, x, dropout_p=0.5), backend="tpu")
+    x = torch.randn(1, 2, 6, 8, device="tpu")
+    torch.manual_seed(7)
+    a = dropped(x).cpu()
+    torch.manual_seed(7)
+    b = dropped(x).cpu()
+    assert torch.equal(a, b) and not a.isnan().any()
+    assert not torch.allclose(a, F.scaled_dot_product_attention(x, x, x).cpu())
