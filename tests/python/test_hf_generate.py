@@ -20,8 +20,13 @@ from hf_tiny import make_model  # noqa: E402
 pytestmark = pytest.mark.skipif(not torch.tpu.is_available(), reason="no tpu device")
 
 
+# "New programs" are program-cache misses: programs this process had to compile or load from the on-disk
+# cache. Plugin compiles alone would read 0 whenever an earlier process left the programs on disk.
+NEW = "cache_misses"
+
+
 class _ForwardCompiles:
-    """Compiles (and fallbacks) inside each call of the model's forward."""
+    """New programs (and fallbacks) inside each call of the model's forward."""
 
     def __init__(self, model):
         self.compiles, self.fallbacks = [], []
@@ -32,7 +37,7 @@ class _ForwardCompiles:
 
     def _post(self, *a):
         m = torch_pjrt.metrics()
-        self.compiles.append(m["compiles"] - self._start["compiles"])
+        self.compiles.append(m[NEW] - self._start[NEW])
         self.fallbacks.append(m["fallback_total"] - self._start["fallback_total"])
 
     def remove(self):
@@ -74,15 +79,15 @@ def test_static_cache_compiles_nothing_after_two_decode_steps(models):
                               disable_compile=True)
     assert torch.equal(got.cpu(), want)
     # forward calls: [prefill, decode 1, decode 2, decode 3, ...]
-    print(f"\nstatic cache: compiles per forward {fwd.compiles}; compiles per generated token "
-          f"(whole generate step) {rec.per_step('compiles')}")
+    print(f"\nstatic cache: new programs per forward {fwd.compiles}; per generated token "
+          f"(whole generate step) {rec.per_step(NEW)}")
     assert len(fwd.compiles) == n
     assert fwd.compiles[3:] == [0] * (n - 3), fwd.compiles
     assert sum(fwd.fallbacks) == 0 and rec.snapshots[-1]["fallback_total"] == rec.snapshots[0]["fallback_total"]
     # Outside the forward, generate's own bookkeeping grows the token tensors by one position per step
     # (torch.cat of input_ids, the eos check on their last column): a handful of tiny programs per token,
     # independent of the model's size. Bounded here so that a regression inside the model shows.
-    steady = rec.per_step("compiles")[3:]
+    steady = rec.per_step(NEW)[3:]
     assert max(steady) <= 6, steady
 
 
@@ -94,18 +99,19 @@ def test_dynamic_and_bucketed_cache_compiles(models):
     want, _, _ = _generate(cpu, ids, mask, n_dyn)
     got, rec_dyn, fwd_dyn = _generate(tpu, ids.to("tpu"), mask.to("tpu"), n_dyn)
     assert torch.equal(got.cpu(), want)
-    dyn = rec_dyn.per_step("compiles")
+    dyn = rec_dyn.per_step(NEW)
     # BucketedCache: 64 tokens; programs change only when a bucket fills (at 64 and 128 positions)
     n = 64
     want, _, _ = _generate(cpu, ids, mask, n)
-    got, rec, fwd = _generate(tpu, ids.to("tpu"), mask.to("tpu"), n, cache=BucketedCache(tpu.config, block=64))
+    got, rec, fwd = _generate(tpu, ids.to("tpu"), mask.to("tpu"), n, cache=BucketedCache(tpu.config, block=64),
+                              disable_compile=True)
     assert torch.equal(got.cpu(), want)
-    buck = rec.per_step("compiles")
+    buck = rec.per_step(NEW)
     ops_per_token = (rec.snapshots[-1]["executions"] - rec.snapshots[1]["executions"]) / (len(rec.snapshots) - 2)
     fwd_steady = fwd.compiles[3:]
     print(f"\nops executed per generated token: {ops_per_token:.0f}")
-    print(f"dynamic cache, {n_dyn} tokens: compiles per token {dyn} (forward: {fwd_dyn.compiles[1:]})")
-    print(f"bucketed cache, {n} tokens: compiles per token {buck} (forward: {fwd.compiles[1:]}); "
+    print(f"dynamic cache, {n_dyn} tokens: new programs per token {dyn} (forward: {fwd_dyn.compiles[1:]})")
+    print(f"bucketed cache, {n} tokens: new programs per token {buck} (forward: {fwd.compiles[1:]}); "
           f"total {sum(buck)} vs ops x tokens {ops_per_token * n:.0f}")
     assert sum(fwd.fallbacks) == 0 and sum(fwd_dyn.fallbacks) == 0
     # the forward compiles only when the cache moves to a new bucket: the prompt (12) + 64 tokens cross
@@ -113,6 +119,7 @@ def test_dynamic_and_bucketed_cache_compiles(models):
     assert sum(1 for c in fwd_steady if c) <= 1, fwd.compiles
     # the dynamic cache compiles in the forward at every step; the bucketed one almost never
     assert all(c > 0 for c in fwd_dyn.compiles[3:]), fwd_dyn.compiles
-    # far below ops x tokens, and below the dynamic cache's per-token rate
+    # far below ops x tokens; inside the forward, below the dynamic cache's per-token rate (generate's own
+    # bookkeeping outside the forward is the same for both caches)
     assert sum(buck) <= ops_per_token * n / 10, (sum(buck), ops_per_token * n)
-    assert sum(buck[3:]) / len(buck[3:]) < sum(dyn[3:]) / len(dyn[3:])
+    assert sum(fwd_steady) / len(fwd_steady) < sum(fwd_dyn.compiles[3:]) / len(fwd_dyn.compiles[3:])
