@@ -11,6 +11,16 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/nonzero_static.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
@@ -19,6 +29,7 @@
 #include <torch/library.h>
 
 #include "aten/errors.h"
+#include "aten/fallback.h"
 #include "aten/program.h"
 #include "aten/storage.h"
 #include "aten/table_kernel.h"
@@ -127,7 +138,7 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_bl
 
 at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
-  return _copy_from(self, dst, false);
+  return torch_pjrt::_copy_from(self, dst, false);  // (at::_copy_from is visible too)
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
@@ -249,6 +260,82 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return static_cast<int64_t>(at::SDPBackend::math);
 }
 
+// equal: the same sizes and every element equal (after promotion; NaN is not equal to itself). Its
+// result is a Python bool, so it is a sync point: one eq + all program, then one read.
+bool equal(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.device() == b.device(), "Expected all tensors to be on the same device, but found ", a.device(),
+              " and ", b.device(), " (equal)");
+  if (!a.sizes().equals(b.sizes())) return false;
+  if (a.numel() == 0) return true;
+  return at::eq(a, b).all().item<bool>();
+}
+
+// Ops whose result sizes depend on values, composed of native ops around one sync that reads the size.
+
+// bincount(self, weights, minlength): the input's min and max are read in one sync.
+at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  TORCH_CHECK(self.dim() == 1 && at::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+              "bincount only supports 1-d non-negative integral inputs.");
+  const bool weighted = weights && weights->defined();
+  TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  const at::ScalarType t = !weighted ? at::kLong : weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  auto opts = self.options().dtype(t);
+  if (self.numel() == 0) return at::zeros({minlength}, opts);
+  at::Tensor range = at::stack({self.min(), self.max()}).to(at::kLong).cpu();  // the sync
+  const int64_t lo = range[0].item<int64_t>(), hi = range[1].item<int64_t>();
+  TORCH_CHECK(lo >= 0, "bincount only supports 1-d non-negative integral inputs.");
+  at::Tensor w = weighted ? weights->to(t) : at::ones({self.size(0)}, opts);
+  return at::zeros({std::max(hi + 1, minlength)}, opts).index_add_(0, self.to(at::kLong), w);
+}
+
+// Unique values of a flat sequence whose equal values are adjacent (`seq`), `order` mapping its
+// positions back to the input's (undefined: the identity): the count of distinct runs is the one sync.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_runs(const at::Tensor& self, const at::Tensor& seq,
+                                                           const at::Tensor& order, bool return_inverse,
+                                                           bool return_counts) {
+  const int64_t n = seq.numel();
+  auto longs = self.options().dtype(at::kLong);
+  if (n == 0) {
+    return {at::empty({0}, self.options()), return_inverse ? at::zeros(self.sizes(), longs) : at::empty({0}, longs),
+            return_counts ? at::empty({0}, longs) : at::empty({0}, longs)};
+  }
+  at::Tensor first = at::ones({1}, self.options().dtype(at::kBool));
+  at::Tensor fresh = at::cat({first, at::ne(seq.slice(0, 1), seq.slice(0, 0, n - 1))});  // a run starts here
+  const int64_t k = fresh.sum().item<int64_t>();  // the sync
+  at::Tensor starts = at::nonzero_static(fresh, k, -1).reshape({k});
+  at::Tensor values = seq.index_select(0, starts);
+  at::Tensor inverse = at::empty({0}, longs), counts = at::empty({0}, longs);
+  if (return_inverse) {
+    at::Tensor run = at::cumsum(fresh, 0, at::kLong).sub_(1);
+    inverse = (order.defined() ? at::empty({n}, longs).scatter_(0, order, run) : run).reshape(self.sizes());
+  }
+  if (return_counts) {
+    at::Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, longs)});
+    counts = ends.sub(starts);
+  }
+  return {values, inverse, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool /*sorted: always*/,
+                                                       bool return_inverse, bool return_counts) {
+  at::Tensor flat = self.reshape({-1});
+  auto [sorted, order] = at::sort(flat, /*stable=*/true, 0, false);
+  return unique_runs(self, sorted, order, return_inverse, return_counts);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
+                                                                  bool return_counts, std::optional<int64_t> dim) {
+  if (dim.has_value() && self.dim() > 1) {  // runs of slices: the CPU fallback, under its policy
+    static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::unique_consecutive", "");
+    torch::jit::Stack stack{self, return_inverse, return_counts, dim};
+    run_fallback(op, &stack, "dim= on a tensor of more than one dimension");
+    return {stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor()};
+  }
+  return unique_runs(self, self.reshape({-1}), at::Tensor(), return_inverse, return_counts);
+}
+
 // native_batch_norm updates running statistics without saying so in its schema; route it to the
 // overloads that do say so (rows in batch_norm.cpp), as torch's own decompositions do.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
@@ -258,7 +345,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   bool stats = running_mean && running_mean->defined() && running_var && running_var->defined();
   if (!stats) return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
   at::Tensor rm = *running_mean, rv = *running_var;
-  if (!training) return at::_native_batch_norm_legit_no_training(input, weight, bias, rm, rv, momentum, eps);
+  if (!training) {
+    // like the CPU kernel: no saved statistics in eval mode ([0]-shaped), though the meta function says [C]
+    auto r = at::_native_batch_norm_legit_no_training(input, weight, bias, rm, rv, momentum, eps);
+    return {std::get<0>(r), at::empty({0}, std::get<1>(r).options()), at::empty({0}, std::get<2>(r).options())};
+  }
+
   return at::_native_batch_norm_legit(input, weight, bias, rm, rv, true, momentum, eps);
 }
 
@@ -282,6 +374,10 @@ void register_aten_kernels() {
   at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(fused_sdp_choice);  // what sdpa consults
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("native_batch_norm", native_batch_norm);
+  m.impl("equal", equal);
+  m.impl("bincount", bincount);
+  m.impl("_unique2", unique2);
+  m.impl("unique_consecutive", unique_consecutive);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_.source_Storage", set_source_storage);

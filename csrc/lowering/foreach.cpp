@@ -56,8 +56,8 @@ Value sub(Ctx& c) {
 }
 Value mul(Ctx& c) { return binary_op(c, "multiply"); }
 Value div(Ctx& c) { return binary_op(c, "divide"); }
-Value maximum(Ctx& c) { return binary_op(c, "maximum"); }
-Value minimum(Ctx& c) { return binary_op(c, "minimum"); }
+Value maximum(Ctx& c) { return nan_max(c.b, operand(c, 0), operand(c, 1)); }
+Value minimum(Ctx& c) { return nan_min(c.b, operand(c, 0), operand(c, 1)); }
 Value pow(Ctx& c) { return binary_op(c, "power"); }
 Value addcmul(Ctx& c) {
   Value prod = c.b.binary("multiply", operand(c, 1), operand(c, 2));
@@ -141,7 +141,7 @@ V fused_adam(Ctx& c, bool decoupled) {
     Value bias2 = b.binary("subtract", one, b.binary("power", beta2, step));
     Value second = v;
     if (amsgrad) {
-      Value vmax = b.binary("maximum", b.convert(c.arg(4).list[i], t), v);
+      Value vmax = nan_max(b, b.convert(c.arg(4).list[i], t), v);
       vmax_out.push_back(vmax);
       second = vmax;
     }

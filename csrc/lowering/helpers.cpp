@@ -135,9 +135,23 @@ Value binary_op(Ctx& c, const char* op, size_t a, size_t b) {
 
 Value unary_op(Ctx& c, const char* op, size_t a) { return c.b.unary(op, operand(c, a)); }
 
+namespace {
+Value nan_extremum(Builder& b, const char* op, Value x, Value y) {
+  Value r = b.binary(op, x, y);
+  if (!pjrt::is_float(x.elem())) return r;
+  // a NaN operand wins (x's NaN first, as torch's kernels pick it)
+  return b.select(b.compare(hlo::Cmp::NE, x, x), x, b.select(b.compare(hlo::Cmp::NE, y, y), y, r));
+}
+}  // namespace
+
+Value nan_max(Builder& b, Value x, Value y) { return nan_extremum(b, "maximum", x, y); }
+Value nan_min(Builder& b, Value x, Value y) { return nan_extremum(b, "minimum", x, y); }
+
 Value reduce(Builder& b, Value x, const Dims& dims, const char* combiner, Value init) {
   std::string op = combiner;
   return b.reduce({x}, {init}, dims, [op](Builder& bb, const std::vector<Value>& v) {
+    if (op == "maximum") return std::vector<Value>{nan_max(bb, v[0], v[1])};
+    if (op == "minimum") return std::vector<Value>{nan_min(bb, v[0], v[1])};
     return std::vector<Value>{bb.binary(op.c_str(), v[0], v[1])};
   })[0];
 }

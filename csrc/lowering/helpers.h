@@ -31,7 +31,12 @@ Dims reduction_dims(const Ctx& c, size_t k, int64_t rank);
 Value binary_op(Ctx& c, const char* op, size_t a = 0, size_t b = 1);
 Value unary_op(Ctx& c, const char* op, size_t a = 0);  // float ops on ints compute in the output type
 
-// Reductions with a scalar combiner ("add", "maximum", ...).
+// max / min as torch computes them: a NaN operand gives NaN (XLA:CPU's maximum/minimum drop it). Every
+// row uses these (or reduce(), whose "maximum"/"minimum" combiners use them) instead of the raw ops.
+Value nan_max(Builder& b, Value x, Value y);
+Value nan_min(Builder& b, Value x, Value y);
+
+// Reductions with a scalar combiner ("add", "maximum", ...); "maximum"/"minimum" propagate NaN.
 Value reduce(Builder& b, Value x, const Dims& dims, const char* combiner, Value init);
 Value reduce_sum(Builder& b, Value x, const Dims& dims);
 

@@ -56,7 +56,11 @@ std::string combiner(const std::string& reduce, ElementType t) {
 }
 
 hlo::Builder::Body body_of(const std::string& op) {
-  return [op](Builder& bb, const V& a) { return V{op.empty() ? a[1] : bb.binary(op.c_str(), a[0], a[1])}; };
+  return [op](Builder& bb, const V& a) {
+    if (op == "maximum") return V{nan_max(bb, a[0], a[1])};
+    if (op == "minimum") return V{nan_min(bb, a[0], a[1])};
+    return V{op.empty() ? a[1] : bb.binary(op.c_str(), a[0], a[1])};
+  };
 }
 
 // Full coordinates into a rank-`rank` operand for every element of `index` (same rank): the index

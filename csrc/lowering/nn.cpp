@@ -24,8 +24,8 @@ Value add(Builder& b, Value x, Value y) { return b.binary("add", x, y); }
 Value sub(Builder& b, Value x, Value y) { return b.binary("subtract", x, y); }
 Value mul(Builder& b, Value x, Value y) { return b.binary("multiply", x, y); }
 Value div(Builder& b, Value x, Value y) { return b.binary("divide", x, y); }
-Value maxv(Builder& b, Value x, Value y) { return b.binary("maximum", x, y); }
-Value minv(Builder& b, Value x, Value y) { return b.binary("minimum", x, y); }
+Value maxv(Builder& b, Value x, Value y) { return nan_max(b, x, y); }
+Value minv(Builder& b, Value x, Value y) { return nan_min(b, x, y); }
 Value andv(Builder& b, Value x, Value y) { return b.binary("and", x, y); }
 Value orv(Builder& b, Value x, Value y) { return b.binary("or", x, y); }
 

@@ -162,8 +162,8 @@ const Rows rows = {
        if (c.out_type() == ElementType::kPred) return one(operand(c, 0));
        return one(unary_op(c, "sign"));
      }},
-    {{"maximum", "maximum.out"}, [](Ctx& c) { return one(binary_op(c, "maximum")); }},
-    {{"minimum", "minimum.out"}, [](Ctx& c) { return one(binary_op(c, "minimum")); }},
+    {{"maximum", "maximum.out"}, [](Ctx& c) { return one(nan_max(c.b, operand(c, 0), operand(c, 1))); }},
+    {{"minimum", "minimum.out"}, [](Ctx& c) { return one(nan_min(c.b, operand(c, 0), operand(c, 1))); }},
     {{"atan2", "atan2_", "atan2.out"}, [](Ctx& c) { return one(binary_op(c, "atan2")); }},
     {{"bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "and")); }},
     {{"bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "or")); }},
@@ -233,20 +233,20 @@ const Rows rows = {
      }},
     {{"clamp", "clamp_", "clamp.out"}, [](Ctx& c) {
        Value x = operand(c, 0);
-       if (c.has(1)) x = c.b.binary("maximum", x, operand(c, 1));
-       if (c.has(2)) x = c.b.binary("minimum", x, operand(c, 2));
+       if (c.has(1)) x = nan_max(c.b, x, operand(c, 1));
+       if (c.has(2)) x = nan_min(c.b, x, operand(c, 2));
        return one(x);
      }},
     {{"clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"}, [](Ctx& c) {
        Value x = operand(c, 0);
-       if (c.has(1)) x = c.b.binary("maximum", x, operand(c, 1));
-       if (c.has(2)) x = c.b.binary("minimum", x, operand(c, 2));
+       if (c.has(1)) x = nan_max(c.b, x, operand(c, 1));
+       if (c.has(2)) x = nan_min(c.b, x, operand(c, 2));
        return one(x);
      }},
-    {{"clamp_min", "clamp_min_", "clamp_min.out"}, [](Ctx& c) { return one(binary_op(c, "maximum")); }},
-    {{"clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "maximum")); }},
-    {{"clamp_max", "clamp_max_", "clamp_max.out"}, [](Ctx& c) { return one(binary_op(c, "minimum")); }},
-    {{"clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "minimum")); }},
+    {{"clamp_min", "clamp_min_", "clamp_min.out"}, [](Ctx& c) { return one(nan_max(c.b, operand(c, 0), operand(c, 1))); }},
+    {{"clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out"}, [](Ctx& c) { return one(nan_max(c.b, operand(c, 0), operand(c, 1))); }},
+    {{"clamp_max", "clamp_max_", "clamp_max.out"}, [](Ctx& c) { return one(nan_min(c.b, operand(c, 0), operand(c, 1))); }},
+    {{"clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out"}, [](Ctx& c) { return one(nan_min(c.b, operand(c, 0), operand(c, 1))); }},
 
     // fills and copies
     {{"fill.Scalar", "fill_.Scalar"}, [](Ctx& c) { return one(operand(c, 1)); }},
@@ -348,7 +348,7 @@ const Rows rows = {
      }},
 
     // activations
-    {{"relu", "relu_"}, [](Ctx& c) { return one(c.b.binary("maximum", operand(c, 0), like(c.b, 0, operand(c, 0)))); }},
+    {{"relu", "relu_"}, [](Ctx& c) { return one(nan_max(c.b, operand(c, 0), like(c.b, 0, operand(c, 0)))); }},
     {{"sigmoid", "sigmoid_", "sigmoid.out"}, [](Ctx& c) { return one(sigmoid(c.b, operand(c, 0))); }},
     {{"sigmoid_backward", "sigmoid_backward.grad_input"}, [](Ctx& c) {
        Value g = operand(c, 0), y = operand(c, 1);
@@ -388,7 +388,7 @@ const Rows rows = {
        return one(c.b.select(c.b.compare(Cmp::GT, x, like(c.b, 0, x)), g, c.b.binary("multiply", g, slope)));
      }},
     {{"hardtanh", "hardtanh_", "hardtanh.out"}, [](Ctx& c) {
-       return one(c.b.binary("minimum", c.b.binary("maximum", operand(c, 0), operand(c, 1)), operand(c, 2)));
+       return one(nan_min(c.b, nan_max(c.b, operand(c, 0), operand(c, 1)), operand(c, 2)));
      }},
     {{"hardtanh_backward", "hardtanh_backward.grad_input"}, [](Ctx& c) {
        Value g = operand(c, 0), x = operand(c, 1), lo = operand(c, 2), hi = operand(c, 3);
@@ -420,12 +420,12 @@ const Rows rows = {
     {{"hardsigmoid", "hardsigmoid_", "hardsigmoid.out"}, [](Ctx& c) {
        Value x = operand(c, 0);
        Value y = c.b.binary("divide", c.b.binary("add", x, like(c.b, 3, x)), like(c.b, 6, x));
-       return one(c.b.binary("minimum", c.b.binary("maximum", y, like(c.b, 0, x)), like(c.b, 1, x)));
+       return one(nan_min(c.b, nan_max(c.b, y, like(c.b, 0, x)), like(c.b, 1, x)));
      }},
     {{"hardswish", "hardswish_", "hardswish.out"}, [](Ctx& c) {
        Value x = operand(c, 0);
        Value y = c.b.binary("divide", c.b.binary("add", x, like(c.b, 3, x)), like(c.b, 6, x));
-       y = c.b.binary("minimum", c.b.binary("maximum", y, like(c.b, 0, x)), like(c.b, 1, x));
+       y = nan_min(c.b, nan_max(c.b, y, like(c.b, 0, x)), like(c.b, 1, x));
        return one(c.b.binary("multiply", x, y));
      }},
 };

@@ -1,5 +1,6 @@
 // Random rows: uniform_, normal_ (and normal with tensor mean/std), random_ (three overloads),
-// bernoulli, exponential_, log_normal_, cauchy_, geometric_, native_dropout (+ backward), randperm.
+// bernoulli, exponential_, log_normal_, cauchy_, geometric_, native_dropout (+ backward), randperm,
+// multinomial.
 //
 // Every row draws from stablehlo.rng_bit_generator (THREE_FRY) seeded by the device generator's
 // (seed, offset) state, which the aten layer passes as c.rng_state and advances once per call: results
@@ -228,6 +229,42 @@ Value randperm(Ctx& c) {
   return b.convert(r[1], c.out_type());
 }
 
+// multinomial(self [n] or [B, n], num_samples, replacement): Gumbel-max sampling. Each category's key is
+// log(p) + G with G = -log(-log(u)) standard Gumbel noise; the largest key is a draw from p / sum(p), and
+// the num_samples largest keys of one draw are a draw without replacement. Categories of probability 0
+// (key -inf) are never drawn.
+Value multinomial(Ctx& c) {
+  Builder& b = c.b;
+  Value p = c.t(0);
+  const bool batched = p.rank() == 2;
+  const int64_t batch = batched ? p.dims()[0] : 1, n = p.dims().back(), k = c.i(1);
+  const bool replacement = c.i(2);
+  if (k == 0 || batch == 0) return b.constant(0, c.out());
+  const ElementType ct = compute_type(p.elem());
+  Value logp = b.unary("log", b.convert(b.reshape(p, {batch, n}), ct));
+  Rng rng(c);
+  auto gumbel = [&](const Dims& dims) {
+    Value u = rng.open_unit(ct, dims);  // (0, 1]: -log(u) >= 0
+    Value e = b.unary("negate", b.unary("log", u));
+    return b.unary("negate", b.unary("log", e));  // u == 1 gives +inf: certainly the maximum, still a valid draw
+  };
+  Value out;
+  if (replacement) {
+    Dims d{batch, k, n};
+    Value keys = b.binary("add", b.broadcast_in_dim(logp, d, {0, 2}), gumbel(d));
+    Value m = reduce(b, keys, {2}, "maximum", lowest(b, ct));
+    Value iota = b.iota(Type{ElementType::kS64, d}, 2);
+    Value at = b.compare(Cmp::EQ, keys, b.broadcast_in_dim(m, d, {0, 1}));
+    out = reduce(b, b.select(at, iota, b.constant_i(n - 1, iota.type)), {2}, "minimum", b.scalar_i(n - 1, ElementType::kS64));
+  } else {
+    Value keys = b.binary("add", logp, gumbel({batch, n}));
+    Value idx = b.iota(Type{ElementType::kS64, {batch, n}}, 1);
+    auto r = b.sort({keys, idx}, 1, true, [](Builder& bb, const V& a) { return V{bb.compare(Cmp::GT, a[0], a[1])}; });
+    out = b.slice(r[1], {0, 0}, {batch, k}, {1, 1});
+  }
+  return b.reshape(out, c.out_dims());
+}
+
 // Exponential(lambda): -log(1 - u) / lambda, u in [0, 1).
 Value exponential(Ctx& c, double lambda) {
   Builder& b = c.b;
@@ -297,6 +334,7 @@ const Rows rows = {
        Value r = b.binary("multiply", b.select(m, g, b.constant(0, g.type)), b.constant(c.d(2), g.type));
        return one(b.convert(r, c.out_type()));
      }},
+    {{"multinomial", "multinomial.out"}, [](Ctx& c) { return one(multinomial(c)); }, kRandom},
     {{"randperm"}, [](Ctx& c) { return one(randperm(c)); }, kRandom},
     {{"randperm.generator"}, [](Ctx& c) { return one(randperm(c)); }, kRandom},
 };

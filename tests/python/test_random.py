@@ -70,6 +70,13 @@ SAMPLERS = {
     "randperm": lambda: torch.randperm(1000, device=DEV),
     "rand_bf16": lambda: torch.rand(1000, device=DEV, dtype=torch.bfloat16),
     "randn_f64": lambda: torch.randn(1000, device=DEV, dtype=torch.float64),
+    "rand_like": lambda: torch.rand_like(torch.zeros(1000, device=DEV)),
+    "randn_like": lambda: torch.randn_like(torch.zeros(1000, device=DEV)),
+    "randint_like": lambda: torch.randint_like(torch.zeros(1000, device=DEV), 3, 50),
+    "multinomial": lambda: torch.multinomial(torch.ones(4, 300, device=DEV), 100, replacement=True),
+    "multinomial_no_replacement": lambda: torch.multinomial(torch.ones(4, 300, device=DEV), 100),
+    "dropout2d": lambda: F.dropout2d(torch.ones(50, 40, 2, 2, device=DEV), 0.5, training=True),
+    "alpha_dropout": lambda: F.alpha_dropout(torch.ones(1000, device=DEV), 0.5, training=True),
 }
 
 
@@ -380,3 +387,83 @@ def test_random_ops_run_natively():
     torch.randperm(4, device=DEV).sum().item()
     F.dropout(torch.ones(8, device=DEV), 0.5, training=True).sum().item()
     assert torch_pjrt.metrics()["fallback_total"] == before
+
+
+# ----------------------------------------------------------------------------- the *_like samplers
+
+
+def test_like_samplers():
+    torch.manual_seed(16)
+    base = torch.zeros(N, device=DEV, dtype=torch.float64)
+    x = torch.rand_like(base).cpu()
+    assert x.dtype == torch.float64 and 0 <= x.min().item() and x.max().item() < 1
+    assert_same_distribution(x, torch.rand(N, dtype=torch.float64, generator=cpu_gen()), mean=0.5, std=math.sqrt(1 / 12))
+    z = torch.randn_like(base).cpu()
+    assert_same_distribution(z, torch.randn(N, dtype=torch.float64, generator=cpu_gen()), mean=0.0, std=1.0)
+    k = torch.randint_like(base, -4, 9).cpu()
+    assert k.dtype == torch.float64 and k.min().item() == -4 and k.max().item() == 8 and torch.equal(k, k.round())
+    assert_same_distribution(k, torch.randint(-4, 9, (N,), generator=cpu_gen()).double(), mean=2.0)
+
+
+# ------------------------------------------------------------------------------------ multinomial
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_multinomial_frequencies(replacement):
+    torch.manual_seed(17)
+    probs = torch.tensor([0.1, 0.0, 0.4, 0.2, 0.3], dtype=torch.float32)
+    weights = probs * 7  # unnormalized weights are normalized
+    rows = 20_000
+    draws = torch.multinomial(weights.expand(rows, 5).contiguous().to(DEV), 1 if not replacement else 10,
+                              replacement=replacement).cpu()
+    assert draws.dtype == torch.int64 and draws.shape == (rows, 1 if not replacement else 10)
+    assert not (draws == 1).any()  # probability 0 is never drawn
+    counts = torch.bincount(draws.flatten(), minlength=5).double()
+    n = draws.numel()
+    for i, p in enumerate(probs.tolist()):
+        assert abs(counts[i].item() - n * p) <= 6 * math.sqrt(n * p * (1 - p)) + 1e-9, counts
+
+
+def test_multinomial_without_replacement_distinct():
+    torch.manual_seed(18)
+    w = torch.rand(64, 50, generator=cpu_gen(7)) + 0.01
+    d = torch.multinomial(w.to(DEV), 50).cpu()  # a full permutation per row
+    assert torch.equal(d.sort(dim=1).values, torch.arange(50).expand(64, 50))
+    one = torch.multinomial(torch.tensor([0.0, 0.0, 3.0], device=DEV), 1).cpu()
+    assert one.tolist() == [2]
+    # first draws without replacement follow the weights; the second avoid the first
+    w2 = torch.tensor([0.6, 0.3, 0.1])
+    d2 = torch.multinomial(w2.expand(30_000, 3).contiguous().to(DEV), 2).cpu()
+    assert torch.all(d2[:, 0] != d2[:, 1])
+    first = torch.bincount(d2[:, 0], minlength=3).double() / 30_000
+    assert torch.all((first - w2.double()).abs() <= 6 * torch.sqrt(w2.double() * (1 - w2.double()) / 30_000))
+    # P(second = 1 | first = 0) = 0.3 / 0.4
+    sel = d2[:, 0] == 0
+    q = (d2[sel, 1] == 1).double().mean().item()
+    assert abs(q - 0.75) <= 6 * math.sqrt(0.75 * 0.25 / sel.sum().item())
+
+
+# --------------------------------------------------------------------------- feature / alpha dropout
+
+
+def test_feature_dropout_zeroes_whole_channels():
+    torch.manual_seed(19)
+    p = 0.4
+    x = torch.ones(400, 50, 3, 3, device=DEV)
+    y = F.dropout2d(x, p, training=True).cpu()
+    per_channel = y.flatten(2)
+    kept = per_channel[:, :, 0] != 0
+    assert torch.all((per_channel == per_channel[:, :, :1]).all(dim=2))  # a channel is kept or zeroed whole
+    torch.testing.assert_close(per_channel[kept], torch.full_like(per_channel[kept], 1 / (1 - p)))
+    frac = kept.double().mean().item()
+    assert abs(frac - (1 - p)) <= 6 * math.sqrt(p * (1 - p) / kept.numel())
+
+
+def test_alpha_dropout_keeps_mean_and_variance():
+    torch.manual_seed(20)
+    x = torch.randn(N, generator=cpu_gen(8))
+    y = F.alpha_dropout(x.to(DEV), 0.3, training=True).cpu()
+    e = F.alpha_dropout(x, 0.3, training=True)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert_same_distribution(y, e, mean=0.0, std=1.0)
+    assert torch.equal(F.alpha_dropout(x.to(DEV), 0.3, training=False).cpu(), x)
