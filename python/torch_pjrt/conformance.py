@@ -486,8 +486,8 @@ def run(ops: Iterable | None = None, dtypes: Iterable[str] = ("float32",), grad:
 
 
 def core_aten_without_rows() -> list:
-    """Core ATen IR operators (torch.Tag.core) that have neither a "tpu" kernel nor a composite (implicit)
-    decomposition: each call of one runs the CPU fallback."""
+    """Core ATen IR operators (torch.Tag.core) that have neither a "tpu" kernel nor a composite kernel (which
+    would run them through other ops): each call of one runs the CPU fallback."""
     import torch_pjrt  # noqa: F401  (registers the kernels)
 
     has = torch._C._dispatch_has_kernel_for_dispatch_key
@@ -501,9 +501,11 @@ def core_aten_without_rows() -> list:
             if torch.Tag.core not in op.tags:
                 continue
             name = op.name()
-            if has(name, "PrivateUse1") or has(name, "CompositeImplicitAutograd"):
+            # a composite kernel (implicit, or explicit for every backend) serves it through other ops
+            if any(has(name, k) for k in ("PrivateUse1", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                                          "CompositeExplicitAutogradNonFunctional")):
                 continue
-            missing.append(name.replace("aten::", "") + ("" if ov == "default" else ""))
+            missing.append(name.replace("aten::", ""))
     return sorted(set(missing))
 
 
