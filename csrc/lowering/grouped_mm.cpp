@@ -40,6 +40,17 @@ std::pair<Value, Value> group_bounds(Builder& b, Value offs, int64_t rows) {
   return {min(b, starts, ends), ends};
 }
 
+// The group ids, the non-empty groups first, in order (empty ones sort past G).
+Value nonempty_first(Builder& b, Value starts, Value ends) {
+  const int64_t groups = starts.dims()[0];
+  Value g_iota = b.iota(Type{kIdx, {groups}}, 0);
+  Value key = b.select(b.compare(Cmp::LT, starts, ends), g_iota,
+                       b.binary("add", g_iota, b.constant_i(groups, g_iota.type)));
+  key = b.sort({key}, 0, false, [](Builder& bb, const V& a) { return V{bb.compare(Cmp::LT, a[0], a[1])}; })[0];
+  return b.select(b.compare(Cmp::LT, key, b.constant_i(groups, key.type)), key,
+                  b.binary("subtract", key, b.constant_i(groups, key.type)));
+}
+
 // Loops over the non-empty groups g and tiles of T rows within each: `tile(b, g, s, keep, acc, extra)`
 // returns the new accumulator for the tile starting at row s (clamped so the tile fits; `keep` (pred[T])
 // marks the rows of the tile that belong to group g and were not done by an earlier tile). Empty groups
@@ -48,13 +59,8 @@ std::pair<Value, Value> group_bounds(Builder& b, Value offs, int64_t rows) {
 template <class Tile>
 Value for_each_tile(Builder& b, Value offs, int64_t rows, int64_t t, Value acc, const V& extra, Tile tile) {
   auto [starts, ends] = group_bounds(b, offs, rows);
-  const int64_t groups = offs.dims()[0];
-  // the non-empty groups first, in order: sort g (empty ones moved past G)
-  Value nonempty = b.compare(Cmp::LT, starts, ends);
-  Value g_iota = b.iota(Type{kIdx, {groups}}, 0);
-  Value key = b.select(nonempty, g_iota, b.binary("add", g_iota, b.constant_i(groups, g_iota.type)));
-  Value order = b.sort({key}, 0, false, [](Builder& bb, const V& a) { return V{bb.compare(Cmp::LT, a[0], a[1])}; })[0];
-  Value count = reduce_sum(b, b.convert(nonempty, kIdx), {0});
+  Value order = nonempty_first(b, starts, ends);
+  Value count = reduce_sum(b, b.convert(b.compare(Cmp::LT, starts, ends), kIdx), {0});
   V state{idx(b, 0), count, order, starts, ends, acc};
   state.insert(state.end(), extra.begin(), extra.end());
   constexpr size_t kExtra = 6;
@@ -64,6 +70,7 @@ Value for_each_tile(Builder& b, Value offs, int64_t rows, int64_t t, Value acc, 
         Value g = at(bb, s[2], s[0]);
         V inner{at(bb, s[3], g), at(bb, s[4], g), g, s[5]};
         inner.insert(inner.end(), s.begin() + kExtra, s.end());
+        inner.push_back(s[0]);  // the slot: the how-manieth non-empty group this is
         V r = bb.while_loop(
             inner, [&](Builder& b2, const V& q) { return V{b2.compare(Cmp::LT, q[0], q[1])}; },
             [&](Builder& b2, const V& q) {
@@ -72,10 +79,11 @@ Value for_each_tile(Builder& b, Value offs, int64_t rows, int64_t t, Value acc, 
               Value row = b2.binary("add", b2.broadcast_in_dim(start, {t}, {}), b2.iota(Type{kIdx, {t}}, 0));
               Value keep = b2.binary("and", b2.compare(Cmp::GE, row, b2.broadcast_in_dim(r0, {t}, {})),
                                      b2.compare(Cmp::LT, row, b2.broadcast_in_dim(hi, {t}, {})));
-              V x(q.begin() + 4, q.end());
-              Value next = tile(b2, q[2], start, keep, q[3], x);
+              V x(q.begin() + 4, q.end() - 1);
+              Value next = tile(b2, q[2], q.back(), start, keep, q[3], x);
               V out{b2.binary("add", r0, idx(b2, t)), hi, q[2], next};
               out.insert(out.end(), x.begin(), x.end());
+              out.push_back(q.back());
               return out;
             });
         V out{bb.binary("add", s[0], idx(bb, 1)), s[1], s[2], s[3], s[4], r[3]};
@@ -102,10 +110,23 @@ Value ragged_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType
   Value out = b.constant(0, Type{acc, nt ? Dims{n, m} : Dims{m, n}});
   if (m == 0 || w.dims()[0] == 0 || k == 0 || n == 0) return nt ? b.transpose(out, {1, 0}) : out;
   const int64_t t = tile_rows(m, w.dims()[0]);
-  out = for_each_tile(b, offs, m, t, out, {x, w}, [&](Builder& bb, Value g, Value s, Value keep, Value o, const V& xw) {
+  // Half-precision weights: the experts that can be routed to (at most one per row) are gathered first,
+  // in the loop's order. XLA:CPU widens half-precision loop state to float32 before the loop, which on
+  // the whole weight tensor would read (and write) every expert.
+  const bool half = w.elem() == ElementType::kBF16 || w.elem() == ElementType::kF16;
+  const int64_t slots = std::min(m, w.dims()[0]);
+  if (half) {
+    auto [starts, ends] = group_bounds(b, offs, m);
+    Value order = nonempty_first(b, starts, ends);
+    Value ids = b.reshape(b.slice(order, {0}, {slots}, {1}), {slots, 1});
+    ids = b.clamp(b.constant_i(0, ids.type), ids, b.constant_i(w.dims()[0] - 1, ids.type));
+    const Dims& d = w.dims();
+    w = b.gather(w, ids, hlo::GatherDims{{1, 2}, {0}, {0}, 1}, {1, d[1], d[2]}, {slots, d[1], d[2]});
+  }
+  out = for_each_tile(b, offs, m, t, out, {x, w}, [&](Builder& bb, Value g, Value slot, Value s, Value keep, Value o, const V& xw) {
     Value z = idx(bb, 0);
-    Value xt = bb.dynamic_slice(xw[0], {s, z}, {t, k});
-    Value wg = group_weights(bb, xw[1], g);
+    Value xt = bb.convert(bb.dynamic_slice(xw[0], {s, z}, {t, k}), acc);
+    Value wg = bb.convert(group_weights(bb, xw[1], half ? slot : g), acc);
     if (nt) {
       Value y = bb.dot_general(wg, xt, {}, {}, {1}, {1}, acc);  // [N, T]
       Value old = bb.dynamic_slice(o, {z, s}, {n, t});
@@ -125,7 +146,7 @@ Value ragged_contraction(Builder& b, Value a, Value y, Value offs, ElementType a
   Value out = b.constant(0, Type{acc, {groups, p, n}});
   if (k == 0 || groups == 0 || p == 0 || n == 0) return out;
   const int64_t t = tile_rows(k, groups);
-  return for_each_tile(b, offs, k, t, out, {a, y}, [&](Builder& bb, Value g, Value s, Value keep, Value o, const V& ay) {
+  return for_each_tile(b, offs, k, t, out, {a, y}, [&](Builder& bb, Value g, Value, Value s, Value keep, Value o, const V& ay) {
     Value z = idx(bb, 0);
     Value at_ = bb.dynamic_slice(ay[0], {z, s}, {p, t});
     Value yt = bb.dynamic_slice(ay[1], {s, z}, {t, n});
