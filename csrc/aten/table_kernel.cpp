@@ -55,6 +55,10 @@ struct Sink {
   int index;        // functional result index (new tensors), or storage slot
   std::vector<int64_t> sizes;
   at::ScalarType dtype;
+  // New tensors laid out as the CPU lays them out (TensorIterator keeps its inputs' layout, e.g. x.t() + 1):
+  // the program returns the value in memory order (`sizes` permuted), the tensor gets these strides.
+  // Empty: contiguous.
+  std::vector<int64_t> strides;
 };
 
 struct Entry {
@@ -393,6 +397,15 @@ class TableKernel final : public c10::OperatorKernel {
         if (v.isTensor()) at::assert_no_internal_overlap(v.toTensor());
         else if (v.isTensorList())
           for (const at::Tensor& t : v.toTensorList()) at::assert_no_internal_overlap(t);
+        // ... nor an element another argument reads, unless it is the same element (x.add_(x), add(a, b, out=a))
+        if (!v.isTensor()) continue;
+        for (size_t j = 0; j < schema_args_; ++j) {
+          const c10::IValue& in = stack[base + j];
+          if (written_[j]) continue;
+          if (in.isTensor() && in.toTensor().defined()) at::assert_no_partial_overlap(v.toTensor(), in.toTensor());
+          else if (in.isTensorList())
+            for (const at::Tensor& t : in.toTensorList()) at::assert_no_partial_overlap(v.toTensor(), t);
+        }
       }
       op.callBoxed(&variant_meta);
       if (is_out_) {
@@ -421,12 +434,23 @@ class TableKernel final : public c10::OperatorKernel {
       functional_->callBoxed(&fmeta);
     std::vector<pjrt::TensorSpec> outs;
     std::vector<at::ScalarType> out_dtypes;
+    std::vector<std::vector<int64_t>> out_strides;  // non-contiguous dense layouts of the results
     for (const auto& r : fmeta) {
       auto add = [&](const at::Tensor& t) {
+        out_strides.emplace_back();
         if (!t.defined()) {  // e.g. a backward op's output_mask said this gradient is not needed
           outs.push_back({ElementType::kInvalid, {}});
           out_dtypes.push_back(at::ScalarType::Undefined);
           return;
+        }
+        if (t.dim() > 0 && t.is_non_overlapping_and_dense()) {
+          int64_t expect = 1;
+          bool plain = true;  // literally the contiguous strides (torch reports size-1 dims' strides too)
+          for (int64_t d = t.dim() - 1; d >= 0; --d) {
+            plain = plain && t.stride(d) == expect;
+            expect *= std::max<int64_t>(t.size(d), 1);
+          }
+          if (!plain) out_strides.back().assign(t.strides().begin(), t.strides().end());
         }
         outs.push_back({element_type(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(), t.sizes().end())});
         out_dtypes.push_back(t.scalar_type());
@@ -505,12 +529,28 @@ class TableKernel final : public c10::OperatorKernel {
     // 4. Outputs: new tensors (functional), or new bases for written storages (in-place, out=).
     std::vector<hlo::Value> program_outputs;
     std::vector<pjrt::TensorSpec> out_specs;
-    if (!is_inplace_ && !is_out_) {
-      for (size_t r = 0; r < results.size(); ++r) {
-        if (outs[r].type == ElementType::kInvalid) continue;  // returned as an undefined tensor
+    // A new tensor's value in memory order: dims by decreasing stride (size-1 dims: any place will do)
+    auto add_new_tensor = [&](size_t r) {
+      const std::vector<int64_t>& st = out_strides[r];
+      if (st.empty()) {
         program_outputs.push_back(results[r]);
         out_specs.push_back(outs[r]);
         entry.sinks.push_back({true, static_cast<int>(r), outs[r].dims, out_dtypes[r]});
+        return;
+      }
+      std::vector<int64_t> perm(st.size());
+      for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
+      std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) { return st[x] > st[y]; });
+      pjrt::TensorSpec spec{outs[r].type, {}};
+      for (int64_t d : perm) spec.dims.push_back(outs[r].dims[d]);
+      program_outputs.push_back(b.transpose(results[r], hlo::Dims(perm.begin(), perm.end())));
+      out_specs.push_back(spec);
+      entry.sinks.push_back({true, static_cast<int>(r), outs[r].dims, out_dtypes[r], st});
+    };
+    if (!is_inplace_ && !is_out_) {
+      for (size_t r = 0; r < results.size(); ++r) {
+        if (outs[r].type == ElementType::kInvalid) continue;  // returned as an undefined tensor
+        add_new_tensor(r);
       }
     } else {
       // Ops that return new tensors and also update arguments (batch norm's running statistics): the
@@ -518,9 +558,7 @@ class TableKernel final : public c10::OperatorKernel {
       size_t first_written = is_inplace_ ? new_returns_ : 0;
       for (size_t r = 0; r < first_written; ++r) {
         if (outs[r].type == ElementType::kInvalid) continue;
-        program_outputs.push_back(results[r]);
-        out_specs.push_back(outs[r]);
-        entry.sinks.push_back({true, static_cast<int>(r), outs[r].dims, out_dtypes[r]});
+        add_new_tensor(r);
       }
       std::vector<at::Tensor> targets;
       for (size_t i = 0; i < schema_args_; ++i) {
@@ -535,6 +573,12 @@ class TableKernel final : public c10::OperatorKernel {
                          std::to_string(results.size() - first_written) + " results");
       std::vector<bool> touched(call.slots.size(), false);
       for (size_t r = 0; r < targets.size(); ++r) {
+        // TensorIterator's rule for in-place results (some meta kernels skip it: mul_, clamp_); out= variants
+        // check it in their own meta kernels where it applies (reductions compute in the out dtype)
+        at::ScalarType rt = out_dtypes[first_written + r];
+        TORCH_CHECK(!is_inplace_ || rt == at::ScalarType::Undefined || at::canCast(rt, targets[r].scalar_type()),
+                    "result type ", rt,
+                    " can't be cast to the desired output type ", targets[r].scalar_type());
         int s = slot_of(targets[r]);
         lowering::ViewForm view = view_form(targets[r]);
         hlo::Value value = b.convert(results[first_written + r], view.elem);
@@ -616,9 +660,15 @@ class TableKernel final : public c10::OperatorKernel {
       if (failure) {  // poisoned results: they exist, and report the failure when read
         if (sink.new_tensor) {
           results[sink.index] = poisoned_tensor(sink.sizes, sink.dtype, call.device, failure);
+          if (!sink.strides.empty())
+            results[sink.index].unsafeGetTensorImpl()->set_sizes_and_strides(sink.sizes, sink.strides);
         } else {
           handle_of(call.storages[sink.index]).error = failure;
         }
+      } else if (sink.new_tensor && !sink.strides.empty()) {
+        std::vector<int64_t> memory_order = outs[o]->dims();
+        results[sink.index] = wrap_buffer(std::move(outs[o]), memory_order, sink.dtype);
+        results[sink.index].unsafeGetTensorImpl()->set_sizes_and_strides(sink.sizes, sink.strides);
       } else if (sink.new_tensor) {
         results[sink.index] = wrap_buffer(std::move(outs[o]), sink.sizes, sink.dtype);
       } else {

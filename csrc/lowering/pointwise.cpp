@@ -160,7 +160,10 @@ const Rows rows = {
      }},
     {{"sign", "sign_", "sign.out"}, [](Ctx& c) {
        if (c.out_type() == ElementType::kPred) return one(operand(c, 0));
-       return one(unary_op(c, "sign"));
+       Value x = operand(c, 0), s = unary_op(c, "sign");
+       if (!pjrt::is_float(s.elem())) return one(s);
+       // torch: sign(NaN) is 0 (XLA's is NaN)
+       return one(c.b.select(c.b.compare(hlo::Cmp::NE, x, x), like(c.b, 0, s), s));
      }},
     {{"maximum", "maximum.out"}, [](Ctx& c) { return one(nan_max(c.b, operand(c, 0), operand(c, 1))); }},
     {{"minimum", "minimum.out"}, [](Ctx& c) { return one(nan_min(c.b, operand(c, 0), operand(c, 1))); }},
