@@ -576,13 +576,20 @@ class Gen:
                 probe = eval(expr, dict(self.ex.ns))
         except Exception:  # noqa: BLE001
             return None
+        def float_to_int_ub(dt):  # float -> int of NaN, inf or out-of-range values is undefined behaviour
+            return probe.dtype.is_floating_point and dt in INTS and probe.numel() and not bool(
+                (torch.isfinite(probe) & (probe.abs() < 2**15)).all())
+
         if self.coin(0.3):
             n = self.new_name()
             dt = probe.dtype if self.coin(0.8) else self.choice(DTYPES)
+            if float_to_int_ub(dt):
+                return None
             self.emit(f"{n} = torch.empty(0, dtype={_DT_NAME[dt]}, device=dev)", new=[n])
             return n
         cands = self.names(lambda o: tuple(o.shape) == tuple(probe.shape) and not _self_overlaps(o))
-        cands = [c for c in cands if all(_disjoint_or_same(self.t(c), self.t(i)) for i in inputs)]
+        cands = [c for c in cands if all(_disjoint_or_same(self.t(c), self.t(i)) for i in inputs)
+                 and not float_to_int_ub(self.t(c).dtype)]
         return self.choice(cands) if cands else None
 
     # ------------------------------------------------------------------ reductions, matmul, cat, indexing
