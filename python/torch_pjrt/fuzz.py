@@ -806,6 +806,8 @@ class Gen:
             expr = f"torch.cat([{x}, {x}])"
             ins, inexact = [x], False
         dst = self.out_target(expr, ins)
+        if kind == "sum" and dst is not None and self.t(dst).dtype != self.t(x).dtype:
+            return  # sum(out=) of another dtype: the CPU sums in the out dtype, "tpu" converts (reported)
         if dst is None or kind == "cat" and storage_key(self.t(dst)) == storage_key(self.t(x)):
             return  # cat(out=) into its own input: the CPU refuses even full overlap (reported, not fuzzed)
         self.emit(f"{expr[:-1]}, out={dst})", writes=[dst], inputs=ins, inexact=inexact)
