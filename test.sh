@@ -7,6 +7,9 @@ cd "$root"
 echo "== C++ tests (pjrt, hlo) =="
 ctest --test-dir build --output-on-failure
 echo "== Python tests =="
-# Run from outside the source tree so the installed package is what gets tested.
+# Run from outside the source tree so the installed package is what gets tested. Two workers, a file
+# each at a time (most time goes to single-threaded plugin compiles); TORCH_PJRT_TEST_WORKERS=0 runs serially.
 cd tests/python
+workers=${TORCH_PJRT_TEST_WORKERS:-2}
+if [ "$workers" -gt 0 ]; then set -- -n "$workers" --dist loadfile "$@"; fi
 exec ../../.venv/bin/python -m pytest -q -p no:cacheprovider "$@" .

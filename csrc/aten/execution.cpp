@@ -20,11 +20,6 @@ std::atomic<bool>& blocking() {
   return b;
 }
 
-// The newest output of each device: PJRT runs a device's programs in order, so awaiting it awaits
-// everything before it. Weak, so that it keeps no memory alive.
-std::mutex last_mu;
-std::weak_ptr<pjrt::Buffer> last_output[pjrt::Buffer::kMaxDevices];
-
 struct ScalarKey {
   int device;
   int type;
@@ -90,10 +85,7 @@ std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const 
     return {};
   }
   metrics().executions.fetch_add(1, std::memory_order_relaxed);
-  if (!outs.empty()) {
-    std::lock_guard<std::mutex> lock(last_mu);
-    last_output[device % pjrt::Buffer::kMaxDevices] = outs.front();
-  }
+  if (!outs.empty()) pjrt::Buffer::set_newest(outs.front());
   return outs;
 }
 
@@ -104,16 +96,10 @@ void synchronize(int device) {
     failed = std::move(pending[device % pjrt::Buffer::kMaxDevices]);
   }
   if (failed) raise_deferred(*failed);
-  pjrt::BufferPtr last;
-  {
-    std::lock_guard<std::mutex> lock(last_mu);
-    last = last_output[device % pjrt::Buffer::kMaxDevices].lock();
-  }
-  if (!last) return;
   try {
-    last->await();
+    pjrt::Buffer::await_newest(device);
   } catch (const pjrt::Error& e) {
-    rethrow_pjrt(last->producer(), e);
+    rethrow_pjrt("an earlier op", e);
   }
 }
 

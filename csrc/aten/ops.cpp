@@ -350,7 +350,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
     auto r = at::_native_batch_norm_legit_no_training(input, weight, bias, rm, rv, momentum, eps);
     return {std::get<0>(r), at::empty({0}, std::get<1>(r).options()), at::empty({0}, std::get<2>(r).options())};
   }
-
   return at::_native_batch_norm_legit(input, weight, bias, rm, rv, true, momentum, eps);
 }
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <mutex>
 
 #include "pjrt/compile_options.h"
 
@@ -181,8 +182,81 @@ void Buffer::untrack() {
   s.bytes.fetch_sub(static_cast<int64_t>(nbytes()), std::memory_order_relaxed);
 }
 
+namespace {
+
+struct Newest {
+  std::mutex mu;
+  std::weak_ptr<Buffer> buffer;
+  std::atomic<const Buffer*> raw{nullptr};
+  abi::Event* orphan = nullptr;  // ready event of the newest output, freed before anyone waited
+  const char* orphan_producer = "";
+  const Plugin* orphan_plugin = nullptr;
+};
+Newest newest[Buffer::kMaxDevices];
+
+void destroy_event(const Plugin& plugin, abi::Event* event) {
+  abi::EventArgs destroy{};
+  destroy.event = event;
+  try {
+    plugin.call(abi::kEventDestroy, destroy, "PJRT_Event_Destroy");
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
+void Buffer::set_newest(const std::shared_ptr<Buffer>& buffer) {
+  Newest& n = newest[buffer->device_ % kMaxDevices];
+  std::lock_guard<std::mutex> lock(n.mu);
+  n.buffer = buffer;
+  n.raw.store(buffer.get(), std::memory_order_relaxed);
+  if (n.orphan) {  // older than this output, so implied by it
+    destroy_event(buffer->client_.plugin(), n.orphan);
+    n.orphan = nullptr;
+  }
+}
+
+void Buffer::await_newest(int device) {
+  Newest& n = newest[device % kMaxDevices];
+  std::shared_ptr<Buffer> last;
+  abi::Event* orphan = nullptr;
+  const char* producer = "";
+  const Plugin* plugin = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(n.mu);
+    last = n.buffer.lock();
+    if (!last) {
+      std::swap(orphan, n.orphan);
+      producer = n.orphan_producer;
+      plugin = n.orphan_plugin;
+    }
+  }
+  if (last) return last->await();
+  if (orphan) await_event(*plugin, orphan, std::string("asynchronous error in op '") + producer + "'");
+}
+
 Buffer::~Buffer() {
   untrack();
+  Newest& n = newest[device_ % kMaxDevices];
+  if (n.raw.load(std::memory_order_relaxed) == this) {
+    // The newest output dies unawaited: keep its ready event for the next synchronize.
+    abi::BufferReadyEventArgs ready{};
+    ready.buffer = handle_;
+    try {
+      client_.plugin().call(abi::kBufferReadyEvent, ready, "PJRT_Buffer_ReadyEvent");
+      std::lock_guard<std::mutex> lock(n.mu);
+      if (n.raw.load(std::memory_order_relaxed) == this) {
+        if (n.orphan) destroy_event(client_.plugin(), n.orphan);
+        n.orphan = ready.event;
+        n.orphan_producer = producer_;
+        n.orphan_plugin = &client_.plugin();
+        n.raw.store(nullptr, std::memory_order_relaxed);
+      } else {
+        destroy_event(client_.plugin(), ready.event);
+      }
+    } catch (...) {
+    }
+  }
   abi::BufferArgs args{};
   args.buffer = handle_;
   // PJRT delays the actual free until pending work that uses the buffer has finished.

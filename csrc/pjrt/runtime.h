@@ -99,6 +99,13 @@ class Buffer {
   // Removes this buffer from the live statistics (internal caches, reported separately).
   void untrack();
 
+  // The newest program output of a device: PJRT runs a device's programs in order, so waiting for it
+  // waits for everything issued before it. Only a weak reference is kept (it holds no memory); when
+  // that buffer is freed before anyone waited, its ready event is kept instead, so await_newest still
+  // waits for the work (and reports its failure, naming the producer).
+  static void set_newest(const std::shared_ptr<Buffer>& buffer);
+  static void await_newest(int device);
+
   // Live buffers and bytes, in total or on one device, and the peak of live bytes per device.
   static int64_t live_count();
   static int64_t live_bytes();

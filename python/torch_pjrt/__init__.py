@@ -98,49 +98,23 @@ def plugin_info():
     """The loaded PJRT plugin: path, API version, platform, attributes and devices."""
     return _C._plugin_info()
 
-from . import accelerate_glue as _accelerate_glue  # noqa: E402  (Accelerate's disk offload onto "tpu")
 
-_accelerate_glue.install()
+def _install_dynamo_hook():
+    """Registers the Dynamo backend "tpu" when torch._dynamo's backend registry is imported, so that
+    ``import torch`` does not pay for importing Dynamo; routes Inductor on "tpu" to it (torch_pjrt.dynamo)."""
+    from . import dynamo
+    from ._import_hooks import when_imported
+
+    dynamo._route_inductor()
+    when_imported("torch._dynamo.backends.registry", lambda module: dynamo._register())
+
+
+_install_dynamo_hook()
 
 from . import moe as _moe  # noqa: E402  (torch.ops.torch_pjrt.ragged_dot, Transformers' "ragged_dot" experts)
 
 _moe._install_transformers_hook()
 
+from . import accelerate_glue as _accelerate_glue  # noqa: E402  (Accelerate's disk offload onto "tpu")
 
-def _install_dynamo_hook():
-    """Registers the Dynamo backend "tpu" when torch._dynamo's backend registry is imported, so that
-    ``import torch`` does not pay for importing Dynamo; routes Inductor on "tpu" to it (torch_pjrt.dynamo)."""
-    import importlib.abc
-
-    from . import dynamo
-
-    dynamo._route_inductor()
-    name = "torch._dynamo.backends.registry"
-    if name in sys.modules:
-        dynamo._register()
-        return
-
-    class _Hook(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path, target=None):
-            if fullname != name:
-                return None
-            sys.meta_path.remove(self)
-            for finder in sys.meta_path:
-                spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
-                if spec is not None:
-                    break
-            else:
-                return None
-            exec_module = spec.loader.exec_module
-
-            def exec_and_register(module):
-                exec_module(module)
-                dynamo._register()
-
-            spec.loader.exec_module = exec_and_register
-            return spec
-
-    sys.meta_path.insert(0, _Hook())
-
-
-_install_dynamo_hook()
+_accelerate_glue.install()

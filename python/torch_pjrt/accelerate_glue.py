@@ -14,10 +14,10 @@ here imports Accelerate). Remove once Accelerate reads offloaded weights for "tp
 """
 
 import functools
-import importlib.abc
-import sys
 
 import torch
+
+from ._import_hooks import when_imported
 
 _MODULE = "accelerate.utils.offload"
 
@@ -42,31 +42,5 @@ def _patch(module) -> None:
     module.safe_open = safe_open
 
 
-class _Hook(importlib.abc.MetaPathFinder):
-    """Patches the module right after it executes; finds it through the finders behind this one."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _MODULE:
-            return None
-        sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
-            if spec is not None:
-                break
-        else:
-            return None
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module):
-            exec_module(module)
-            _patch(module)
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
-
-
 def install() -> None:
-    if _MODULE in sys.modules:
-        _patch(sys.modules[_MODULE])
-    elif not any(isinstance(f, _Hook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Hook())
+    when_imported(_MODULE, _patch)

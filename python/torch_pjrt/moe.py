@@ -14,9 +14,9 @@ routing has static shapes: no ``nonzero``, no ``where``, no sync. It is register
 is); :func:`register_experts` does it explicitly.
 """
 
-import sys
-
 import torch
+
+from ._import_hooks import when_imported
 
 __all__ = ["ragged_dot", "ragged_dot_experts_forward", "register_experts"]
 
@@ -189,36 +189,12 @@ def register_experts():
     return True
 
 
-_MOE_MODULE = "transformers.integrations.moe"
-
-
 def _install_transformers_hook():
     """Registers the experts implementation when Transformers' MoE integration is imported, so that
     ``import torch`` never pays for importing Transformers."""
-    if _MOE_MODULE in sys.modules:
-        register_experts()
-        return
-    import importlib.abc
 
-    class _Hook(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path, target=None):
-            if fullname != _MOE_MODULE:
-                return None
-            sys.meta_path.remove(self)
-            for finder in sys.meta_path:
-                spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
-                if spec is not None:
-                    break
-            else:
-                return None
-            exec_module = spec.loader.exec_module
+    def register(module):
+        if hasattr(module, "ExpertsInterface"):
+            module.ExpertsInterface.register("ragged_dot", ragged_dot_experts_forward)
 
-            def exec_and_register(module):
-                exec_module(module)
-                if hasattr(module, "ExpertsInterface"):
-                    module.ExpertsInterface.register("ragged_dot", ragged_dot_experts_forward)
-
-            spec.loader.exec_module = exec_and_register
-            return spec
-
-    sys.meta_path.insert(0, _Hook())
+    when_imported("transformers.integrations.moe", register)
