@@ -2,6 +2,10 @@
 time of a new op signature. Ratios are measured side by side in one run (shared, noisy machines).
 
     TORCH_PJRT_CACHE_DIR= python bench/overhead.py      # empty: no disk cache, so compiles are real
+
+When JAX is importable (it is not a dependency: `pip install jax`, or PYTHONPATH to a folder holding it),
+the same add of two 1-element arrays through a `jax.jit`-ed function on JAX's CPU backend is measured in the
+same interleaved rounds: the reference a cached eager op on "tpu" should not exceed.
 """
 
 import argparse
@@ -28,6 +32,19 @@ def per_call_us(fn, calls: int, repeats: int = 5) -> float:
     return statistics.median(samples)
 
 
+def _jax_add():
+    """A jitted add of two 1-element arrays on JAX's CPU backend, warmed up; None without JAX."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    x, y = jnp.ones(1), jnp.ones(1)
+    f = jax.jit(lambda p, q: p + q)
+    f(x, y).block_until_ready()
+    return lambda: f(x, y)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=10_000)
@@ -38,17 +55,27 @@ def main():
     a, b = a_cpu.to("tpu"), b_cpu.to("tpu")
     torch.add(a, b).cpu()  # compile once
 
-    # interleave the two so that machine noise hits both alike
-    tpu_us, cpu_us = [], []
+    jax_add = _jax_add()
+
+    # interleave them so that machine noise hits all alike
+    tpu_us, cpu_us, jax_us = [], [], []
     for _ in range(3):
         tpu_us.append(per_call_us(lambda: torch.add(a, b), args.calls))
         torch.tpu.synchronize()
         cpu_us.append(per_call_us(lambda: torch.add(a_cpu, b_cpu), args.calls))
+        if jax_add:
+            jax_us.append(per_call_us(jax_add, args.calls))
     tpu, cpu = statistics.median(tpu_us), statistics.median(cpu_us)
     print(f"cached tiny op (add of two 1-element tensors, {args.calls} calls):")
     print(f"  tpu  {tpu:7.2f} us/call")
     print(f"  cpu  {cpu:7.2f} us/call   (torch CPU eager)")
     print(f"  ratio tpu/cpu = {tpu / cpu:.1f}x; target <= 15 us/call: {'met' if tpu <= 15 else 'NOT met'}")
+    if jax_add:
+        jax = statistics.median(jax_us)
+        print(f"  jax  {jax:7.2f} us/call   (jax.jit dispatch, CPU backend)")
+        print(f"  ratio tpu/jax = {tpu / jax:.2f}x; goal <= 1: {'met' if tpu <= jax else 'NOT met'}")
+    else:
+        print("  jax  not importable: no jax.jit dispatch reference in this run")
 
     # First call of new signatures: a fresh shape compiles a new program.
     firsts, warms = [], []
