@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
-from test_training import MLP, SmallCNN, SmallTransformer, data
+from test_training import MLP, SmallCNN, SmallTransformer, data, train
 
 import torch_pjrt
 import torch_pjrt.dynamo
@@ -23,27 +23,12 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-def train(model, batches, device, compiled):
-    model = model.to(device)
-    step_model = torch.compile(model, backend="tpu") if compiled else model
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    losses = []
-    for x, y in batches:
-        x, y = x.to(device), y.to(device)
-        loss = nn.functional.cross_entropy(step_model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, {n: p.grad.detach().cpu() for n, p in model.named_parameters()}
-
-
 @pytest.mark.parametrize("kind,factory", [("mlp", MLP), ("cnn", SmallCNN), ("transformer", SmallTransformer)])
 def test_compiled_training_matches_cpu(kind, factory):
     torch.manual_seed(0)
     model = factory()
     batches = data(kind, 20)
-    cpu_losses, cpu_grads = train(copy.deepcopy(model), batches, "cpu", compiled=False)
+    cpu_losses, cpu_grads = train(copy.deepcopy(model), batches, "cpu")
     before = torch_pjrt.metrics()
     tpu_losses, tpu_grads = train(copy.deepcopy(model), batches, "tpu", compiled=True)
     assert torch_pjrt.metrics()["fallback_total"] == before["fallback_total"]

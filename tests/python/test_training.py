@@ -63,8 +63,11 @@ def data(kind, steps):
     return [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(steps)]
 
 
-def train(model, batches, device, opt_name="adamw"):
+def train(model, batches, device, opt_name="adamw", compiled=False):
+    """Trains on `batches`; returns the per-step losses and the last gradients. `compiled` runs the model's
+    forward (and backward) through torch.compile(backend="tpu") (test_compile.py)."""
     model = model.to(device)
+    step_model = torch.compile(model, backend="tpu") if compiled else model
     if opt_name == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     elif opt_name == "adamw-fused":
@@ -75,7 +78,7 @@ def train(model, batches, device, opt_name="adamw"):
     losses = []
     for x, y in batches:
         x, y = x.to(device), y.to(device)
-        loss = nn.functional.cross_entropy(model(x), y)
+        loss = nn.functional.cross_entropy(step_model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
