@@ -1,5 +1,7 @@
 #include "aten/shape_rules.h"
 
+#include <set>
+
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
@@ -60,6 +62,17 @@ void grouped_mm(torch::jit::Stack& s) {
 ShapeRule shape_rule(const std::string& name, const std::string& overload) {
   if (name == "aten::_grouped_mm" && overload.empty()) return grouped_mm;
   return nullptr;
+}
+
+bool out_dtype_must_match_input(const std::string& name) {
+  // found by comparing every single-result out= overload's CPU and meta behaviour (python/torch_pjrt/fuzz.py
+  // found the first, neg)
+  static const std::set<std::string> ops = {
+      "aten::binary_cross_entropy", "aten::bitwise_not", "aten::conj_physical", "aten::elu", "aten::gelu",
+      "aten::hardshrink", "aten::hardsigmoid", "aten::hardswish", "aten::hardtanh", "aten::leaky_relu",
+      "aten::mish", "aten::neg", "aten::negative", "aten::round", "aten::rrelu_with_noise",
+      "aten::soft_margin_loss", "aten::softplus", "aten::softshrink"};
+  return ops.count(name) > 0;
 }
 
 }  // namespace torch_pjrt

@@ -16,4 +16,9 @@ using ShapeRule = void (*)(torch::jit::Stack&);
 // The rule for an operator ("aten::_grouped_mm", overload name ""), or nullptr: run it on meta tensors.
 ShapeRule shape_rule(const std::string& name, const std::string& overload);
 
+// out= overloads whose CPU kernels demand a result of exactly the input's dtype (their TensorIterator
+// wants all dtypes equal: "Found dtype BFloat16 but expected Float") where torch's meta kernels accept
+// any dtype the result can be cast to. Takes the operator's name ("aten::neg").
+bool out_dtype_must_match_input(const std::string& name);
+
 }  // namespace torch_pjrt

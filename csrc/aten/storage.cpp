@@ -147,6 +147,13 @@ at::Tensor wrap_buffer(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::Scalar
   return tensor_over(new StorageHandle{std::move(buffer), device}, nbytes, sizes, dtype);
 }
 
+at::Tensor wrap_growable(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::ScalarType dtype) {
+  size_t nbytes = c10::multiply_integers(sizes) * c10::elementSize(dtype);
+  TORCH_INTERNAL_ASSERT(nbytes <= buffer->nbytes());
+  int device = buffer->device();
+  return tensor_over(new StorageHandle{std::move(buffer), device}, nbytes, sizes, dtype);
+}
+
 at::Tensor poisoned_tensor(at::IntArrayRef sizes, at::ScalarType dtype, int device,
                            std::shared_ptr<const DeferredError> error) {
   size_t nbytes = c10::multiply_integers(sizes) * c10::elementSize(dtype);

@@ -40,6 +40,9 @@ lowering::ViewForm view_form(const at::Tensor& t);
 
 // A new tpu tensor (contiguous, sizes `sizes`) owning `buffer` as its storage's base.
 at::Tensor wrap_buffer(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::ScalarType dtype);
+// The same for a growable storage: `buffer` is a flat array with room to spare; the storage's size is
+// the tensor's bytes.
+at::Tensor wrap_growable(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::ScalarType dtype);
 
 // A new tensor of a failed op: no buffer, the failure reported when it is read.
 at::Tensor poisoned_tensor(at::IntArrayRef sizes, at::ScalarType dtype, int device,

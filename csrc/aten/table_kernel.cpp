@@ -39,15 +39,47 @@ using pjrt::ElementType;
 
 using Kind = ArgKind;
 
-enum Tag : int64_t { kNoneTag = -1, kTensorTag = -2, kCpuScalarTag = -3, kScalarTag = -4, kListTag = -5 };
+enum Tag : int64_t {
+  kNoneTag = -1, kTensorTag = -2, kCpuScalarTag = -3, kScalarTag = -4, kListTag = -5,
+  kDynTag = -6,       // a read of a growable storage: geometry at run time
+  kCapacityTag = -7,  // a growable storage's base
+  kGrowTag = -8,      // a growable concatenation
+  kPresentTag = -9,   // an optional argument that is not None
+};
+
+// Results of growable concatenations up to this many elements live in growable storages.
+constexpr int64_t kGrowMaxElements = int64_t{1} << 16;
+
+int64_t grow_capacity(int64_t numel) {
+  int64_t c = 64;
+  while (c < numel) c *= 2;
+  return c;
+}
+
+// A tensor read from a growable storage (a flat base with room to spare) in its own type: its reads
+// take offset and strides at run time, so the program does not change as the storage's tensor grows.
+bool dynamic_read(const at::Tensor& t) {
+  if (t.is_conj() || t.is_neg() || t.numel() == 0) return false;
+  const StorageHandle& h = handle_of(t.storage());
+  if (!h.buffer || h.buffer->dims().size() != 1 || h.buffer->type() != element_type(t.scalar_type())) return false;
+  return h.buffer->dims()[0] * static_cast<int64_t>(pjrt::byte_size(h.buffer->type())) >
+         static_cast<int64_t>(t.storage().nbytes());
+}
 
 // Where a program argument comes from at run time.
 struct Source {
-  enum What : uint8_t { kStorage, kScalarArg, kScalarListItem, kCpuTensor, kCpuListItem, kRng } what;
+  enum What : uint8_t { kStorage, kScalarArg, kScalarListItem, kCpuTensor, kCpuListItem, kRng, kGeometry } what;
   int index;  // storage slot, or stack argument
-  int item;   // list element
+  int item;   // list element (-1: not a list, for kGeometry)
   ElementType type;
+  int part = 0;  // kGeometry: 0 the tensor's offset, 1 + d its stride d, -1 - d its size d
 };
+
+// The value of a tensor's geometry part (Source::part).
+int64_t geometry_part(const at::Tensor& t, int part) {
+  if (part == 0) return t.storage_offset();
+  return part > 0 ? t.stride(part - 1) : t.size(-part - 1);
+}
 
 // What a program result becomes.
 struct Sink {
@@ -59,6 +91,7 @@ struct Sink {
   // the program returns the value in memory order (`sizes` permuted), the tensor gets these strides.
   // Empty: contiguous.
   std::vector<int64_t> strides;
+  bool grown = false;  // a growable concatenation's result: sizes from the call, storage with room to spare
 };
 
 struct Entry {
@@ -103,12 +136,18 @@ class TableKernel final : public c10::OperatorKernel {
     thread_local std::vector<int64_t> key;
     key.clear();
     Call call;
-    build_key(*stack, base, key, call);
+    const bool grow = row_->grow && !is_inplace_ && !is_out_ && grow_key(*stack, base, key, call);
+    if (!grow) {
+      key.clear();
+      call = Call();
+      build_key(*stack, base, key, call);
+    }
     if (call.device < 0) call.device = current_device();
     uint64_t hash = 1469598103934665603ULL;
     for (int64_t w : key) hash = mix(hash, static_cast<uint64_t>(w));
     Entry* entry = find(hash, key);
     if (entry) metrics().cache_hits.fetch_add(1, std::memory_order_relaxed);
+    if (!entry && grow) entry = build_grow_entry(*stack, base, call, hash);
     if (!entry) {
       bool restart = false;
       entry = build_entry(op, stack, base, call, hash, &restart);
@@ -129,6 +168,7 @@ class TableKernel final : public c10::OperatorKernel {
       schema_args_ = schema.arguments().size();
       for (const auto& a : schema.arguments()) {
         kinds_.push_back(kind_of(a.real_type()));
+        optional_.push_back(a.type()->kind() == c10::TypeKind::OptionalType);
         bool w = a.alias_info() && a.alias_info()->isWrite();
         written_.push_back(w);
         if (w && a.kwarg_only()) is_out_ = true;
@@ -165,7 +205,7 @@ class TableKernel final : public c10::OperatorKernel {
   }
 
   // ---------------------------------------------------------------------------------------- the key
-  void tensor_key(const at::Tensor& t, std::vector<int64_t>& key, Call& call) {
+  void tensor_key(const at::Tensor& t, std::vector<int64_t>& key, Call& call, bool written = false) {
     if (!t.defined()) {
       key.push_back(kNoneTag);
       return;
@@ -184,6 +224,11 @@ class TableKernel final : public c10::OperatorKernel {
     TORCH_CHECK(dev == call.device, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
                 call.device, " and tpu:", dev, "! (in ", name_, ")");
     call.has_tpu_tensor = true;
+    if (!written && dynamic_read(t)) {
+      dynamic_key(t, key);
+      slot_key(t, key, call);
+      return;
+    }
     key.push_back(kTensorTag);
     key.push_back(static_cast<int64_t>(t.scalar_type()));
     const int64_t dim = t.dim();
@@ -192,6 +237,39 @@ class TableKernel final : public c10::OperatorKernel {
     for (int64_t s : t.strides()) key.push_back(s);
     key.push_back(t.storage_offset());
     key.push_back((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0));
+    slot_key(t, key, call);
+    // a write into a growable storage replaces it whole or not depending on its size
+    if (written && lowering::has_spare_capacity(base_form(t.storage())))
+      key.push_back(static_cast<int64_t>(t.storage().nbytes()));
+  }
+
+  // A read with run-time geometry: its sizes, and what of its strides decides the results' layout (the
+  // order of the strides, and the strides themselves when the tensor is dense: the CPU's results copy
+  // them), but not their values or the offset, which change as the storage's tensor grows.
+  void dynamic_key(const at::Tensor& t, std::vector<int64_t>& key) {
+    key.push_back(kDynTag);
+    key.push_back(static_cast<int64_t>(t.scalar_type()));
+    key.push_back(t.dim());
+    for (int64_t d : t.sizes()) key.push_back(d);
+    const bool dense = t.is_non_overlapping_and_dense();
+    key.push_back(dense);
+    key.push_back(static_cast<int64_t>(t.suggest_memory_format()));
+    for (int64_t s : t.strides()) {
+      if (dense) {
+        key.push_back(s);
+        continue;
+      }
+      int64_t rank = 0;  // how many distinct smaller strides
+      std::set<int64_t> smaller;
+      for (int64_t o : t.strides())
+        if (o < s) smaller.insert(o);
+      rank = static_cast<int64_t>(smaller.size());
+      key.push_back(rank);
+    }
+  }
+
+  // The tensor's storage: a slot index, and the first time, its base form.
+  void slot_key(const at::Tensor& t, std::vector<int64_t>& key, Call& call) {
     c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
     int slot = -1;
     for (size_t i = 0; i < call.slots.size(); ++i)
@@ -205,6 +283,13 @@ class TableKernel final : public c10::OperatorKernel {
     call.storages.push_back(t.storage());
     // The storage's base form, once per storage.
     const StorageHandle& h = handle_of(t.storage());
+    if (h.buffer && lowering::has_spare_capacity(base_form(t.storage()))) {
+      // growable: its capacity, not its current size (written tensors add the size, tensor_key)
+      key.push_back(kCapacityTag);
+      key.push_back(static_cast<int64_t>(h.buffer->type()));
+      key.push_back(h.buffer->dims()[0]);
+      return;
+    }
     key.push_back(static_cast<int64_t>(t.storage().nbytes()));
     if (!h.buffer) {
       key.push_back(kNoneTag);
@@ -223,18 +308,21 @@ class TableKernel final : public c10::OperatorKernel {
         key.push_back(kNoneTag);
         continue;
       }
+      // an optional argument that is present: marked, so that dim=-1 and dim=None differ
+      if (optional_[i]) key.push_back(kPresentTag);
       switch (kinds_[i]) {
-        case Kind::kTensor: tensor_key(v.toTensor(), key, call); break;
+        case Kind::kTensor: tensor_key(v.toTensor(), key, call, written_[i]); break;
         case Kind::kTensorList: {
           key.push_back(kListTag);
           if (v.isTensorList()) {
             auto list = v.toTensorList();
             key.push_back(static_cast<int64_t>(list.size()));
-            for (const at::Tensor& t : list) tensor_key(t, key, call);
+            for (const at::Tensor& t : list) tensor_key(t, key, call, written_[i]);
           } else {
             auto list = v.toOptionalTensorList();
             key.push_back(static_cast<int64_t>(list.size()));
-            for (const std::optional<at::Tensor> t : list) tensor_key(t.has_value() ? *t : at::Tensor(), key, call);
+            for (const std::optional<at::Tensor> t : list)
+              tensor_key(t.has_value() ? *t : at::Tensor(), key, call, written_[i]);
           }
           break;
         }
@@ -407,6 +495,17 @@ class TableKernel final : public c10::OperatorKernel {
             for (const at::Tensor& t : in.toTensorList()) at::assert_no_partial_overlap(v.toTensor(), t);
         }
       }
+      if (is_out_ && out_dtype_must_match_input(op.schema().name())) {
+        const at::Tensor* input = nullptr;
+        for (size_t i = 0; i < functional_args_ && !input; ++i)
+          if (stack[base + i].isTensor()) input = &stack[base + i].toTensor();
+        for (size_t i = functional_args_; input && i < schema_args_; ++i) {
+          if (!written_[i] || !stack[base + i].isTensor()) continue;
+          const at::Tensor& out = stack[base + i].toTensor();
+          TORCH_CHECK(out.scalar_type() == input->scalar_type(), "Found dtype ", out.scalar_type(),
+                      " but expected ", input->scalar_type(), " (in ", name_, ")");
+        }
+      }
       op.callBoxed(&variant_meta);
       if (is_out_) {
         // out= tensors take the result's shape first; then the call starts over with the new key
@@ -501,6 +600,10 @@ class TableKernel final : public c10::OperatorKernel {
         return a;
       }
       int s = slot_of(t);
+      if (!written_[index] && dynamic_read(t)) {
+        a.value = read_dynamic(b, slot_values[s], t, index, item, in_specs, entry);
+        return a;  // no layout hint: the strides are not part of the key
+      }
       lowering::ViewForm view = view_form(t);
       a.value = lowering::read_view(b, slot_values[s], forms[s], view);
       a.layout = view.storage_order();
@@ -600,6 +703,153 @@ class TableKernel final : public c10::OperatorKernel {
     entry.exe = session.programs().get(b.module_text(name_for_module()), in_specs, out_specs);
   }
 
+  // A program input holding part of a tensor's geometry (Source::part).
+  static hlo::Value geometry_input(hlo::Builder& b, int index, int item, int part,
+                                   std::vector<pjrt::TensorSpec>& in_specs, Entry& entry) {
+    hlo::Value v = b.arg(hlo::Type{ElementType::kS64, {}});
+    in_specs.push_back({ElementType::kS64, {}});
+    Source src{Source::kGeometry, index, item, ElementType::kS64};
+    src.part = part;
+    entry.sources.push_back(src);
+    return v;
+  }
+
+  // Reads tensor `t` (stack argument `index`, list element `item`) from its growable storage's flat base.
+  static hlo::Value read_dynamic(hlo::Builder& b, const hlo::Value& flat, const at::Tensor& t, int index, int item,
+                                 std::vector<pjrt::TensorSpec>& in_specs, Entry& entry) {
+    hlo::Value offset = geometry_input(b, index, item, 0, in_specs, entry);
+    std::vector<hlo::Value> strides(t.dim());
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (t.size(d) != 1) strides[d] = geometry_input(b, index, item, static_cast<int>(d) + 1, in_specs, entry);
+    return lowering::read_view_dynamic(b, flat, hlo::Dims(t.sizes().begin(), t.sizes().end()), offset, strides);
+  }
+
+  // --------------------------------------------------------------------- growable concatenation (cat)
+  // cat of small tensors of one dtype (and a row-major result): the result lives in a growable storage,
+  // and inputs in growable storages enter with run-time geometry, so growing a tensor by a step
+  // (generate's input_ids) reuses one program until the result outgrows its capacity. Anything else takes
+  // the row's own path (which also raises the CPU's errors).
+  bool grow_key(const torch::jit::Stack& stack, size_t base, std::vector<int64_t>& key, Call& call) {
+    if (schema_args_ != 2 || !stack[base].isTensorList() || !stack[base + 1].isInt()) return false;
+    auto list = stack[base].toTensorList();
+    if (list.empty()) return false;
+    const at::Tensor first = list.get(0);
+    if (!first.defined() || first.device().type() != c10::DeviceType::PrivateUse1 || first.dim() < 1) return false;
+    const int64_t rank = first.dim();
+    int64_t dim = stack[base + 1].toInt();
+    if (dim < -rank || dim >= rank) return false;
+    if (dim < 0) dim += rank;
+    int64_t numel = 0;
+    for (const at::Tensor& t : list) {
+      if (!t.defined() || t.device() != first.device() || t.scalar_type() != first.scalar_type() ||
+          t.dim() != rank || t.numel() == 0 || t.is_conj() || t.is_neg() ||
+          t.suggest_memory_format() != c10::MemoryFormat::Contiguous)  // else cat's result is channels-last
+        return false;
+      for (int64_t d = 0; d < rank; ++d)
+        if (d != dim && t.size(d) != first.size(d)) return false;
+      numel += t.numel();
+    }
+    if (numel > kGrowMaxElements) return false;
+    key.push_back(kGrowTag);
+    key.push_back(static_cast<int64_t>(first.scalar_type()));
+    key.push_back(rank);
+    key.push_back(dim);
+    key.push_back(grow_capacity(numel));
+    key.push_back(static_cast<int64_t>(list.size()));
+    for (const at::Tensor& t : list) {
+      if (dynamic_read(t)) {
+        key.push_back(kDynTag);
+        slot_key(t, key, call);
+      } else {
+        tensor_key(t, key, call);
+      }
+    }
+    call.device = first.device().index();
+    return true;
+  }
+
+  Entry* build_grow_entry(const torch::jit::Stack& stack, size_t base, Call& call, uint64_t hash) {
+    auto entry = std::make_unique<Entry>();
+    {
+      Call scratch;
+      grow_key(stack, base, entry->key, scratch);
+    }
+    auto list = stack[base].toTensorList();
+    const at::Tensor first = list.get(0);
+    const int64_t rank = first.dim();
+    const int64_t dim = stack[base + 1].toInt() < 0 ? stack[base + 1].toInt() + rank : stack[base + 1].toInt();
+    int64_t numel = 0;
+    for (const at::Tensor& t : list) numel += t.numel();
+    const int64_t capacity = grow_capacity(numel);
+    const ElementType elem = element_type(first.scalar_type());
+
+    hlo::Builder b;
+    std::vector<pjrt::TensorSpec> in_specs;
+    std::vector<hlo::Value> slot_values;
+    std::vector<lowering::BaseForm> forms;
+    for (size_t s = 0; s < call.slots.size(); ++s) {
+      lowering::BaseForm f = base_form(call.storages[s]);
+      forms.push_back(f);
+      slot_values.push_back(f.present ? b.arg(hlo::Type{f.elem, f.dims}) : hlo::Value{});
+      if (f.present) {
+        in_specs.push_back({f.elem, f.dims});
+        entry->sources.push_back({Source::kStorage, static_cast<int>(s), 0, f.elem});
+      }
+    }
+    const ElementType s64 = ElementType::kS64;
+    std::vector<lowering::GrowPart> parts;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const at::Tensor t = list.get(i);
+      int s = 0;
+      while (call.slots[s] != t.storage().unsafeGetStorageImpl()) ++s;
+      lowering::GrowPart p;
+      const int item = static_cast<int>(i);
+      if (dynamic_read(t)) {
+        p.flat = slot_values[s];
+        p.offset = geometry_input(b, 0, item, 0, in_specs, *entry);
+        for (int64_t d = 0; d < rank; ++d) {
+          p.strides.push_back(geometry_input(b, 0, item, static_cast<int>(d) + 1, in_specs, *entry));
+          p.sizes.push_back(geometry_input(b, 0, item, -1 - static_cast<int>(d), in_specs, *entry));
+        }
+      } else {
+        hlo::Value v = lowering::read_view(b, slot_values[s], forms[s], view_form(t));
+        p.flat = b.reshape(v, {t.numel()});
+        p.offset = b.scalar_i(0, s64);
+        int64_t stride = 1;
+        p.strides.assign(rank, hlo::Value{});
+        for (int64_t d = rank - 1; d >= 0; --d) {
+          p.strides[d] = b.scalar_i(stride, s64);
+          stride *= t.size(d);
+        }
+        for (int64_t d = 0; d < rank; ++d) p.sizes.push_back(b.scalar_i(t.size(d), s64));
+      }
+      parts.push_back(std::move(p));
+    }
+    hlo::Value out = row_->grow(b, parts, dim, capacity);
+    b.ret({out});
+    Sink sink{true, 0, {}, first.scalar_type()};
+    sink.grown = true;
+    entry->sinks.push_back(sink);
+    entry->num_results = 1;
+    entry->exe = session_or_throw().programs().get(b.module_text(name_for_module()), in_specs, {{elem, {capacity}}});
+    metrics().cache_misses.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& bucket = entries_[hash];
+    bucket.push_back(std::move(entry));
+    return bucket.back().get();
+  }
+
+  // The sizes of a growable concatenation's result.
+  static std::vector<int64_t> grown_sizes(const torch::jit::Stack& s, size_t base) {
+    auto list = s[base].toTensorList();
+    std::vector<int64_t> sizes = list.get(0).sizes().vec();
+    int64_t dim = s[base + 1].toInt();
+    if (dim < 0) dim += static_cast<int64_t>(sizes.size());
+    sizes[dim] = 0;
+    for (const at::Tensor& t : list) sizes[dim] += t.size(dim);
+    return sizes;
+  }
+
   std::string name_for_module() const {
     std::string s;
     for (char c : row_->overloads.front()) s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -648,6 +898,14 @@ class TableKernel final : public c10::OperatorKernel {
         case Source::kRng:
           args.push_back(keep(rng_state_buffer(call.device, s, base)));
           break;
+        case Source::kGeometry: {
+          const c10::IValue& v = s[base + src.index];
+          at::Tensor t = src.item < 0 ? v.toTensor()
+                         : v.isTensorList() ? v.toTensorList().get(src.item)
+                                            : *v.toOptionalTensorList().get(src.item);
+          args.push_back(keep(scalar_buffer(call.device, ElementType::kS64, geometry_part(t, src.part))));
+          break;
+        }
       }
     }
     std::vector<pjrt::BufferPtr> outs;
@@ -659,12 +917,15 @@ class TableKernel final : public c10::OperatorKernel {
       const Sink& sink = entry.sinks[o];
       if (failure) {  // poisoned results: they exist, and report the failure when read
         if (sink.new_tensor) {
-          results[sink.index] = poisoned_tensor(sink.sizes, sink.dtype, call.device, failure);
+          results[sink.index] = poisoned_tensor(sink.grown ? grown_sizes(s, base) : sink.sizes, sink.dtype,
+                                                call.device, failure);
           if (!sink.strides.empty())
             results[sink.index].unsafeGetTensorImpl()->set_sizes_and_strides(sink.sizes, sink.strides);
         } else {
           handle_of(call.storages[sink.index]).error = failure;
         }
+      } else if (sink.grown) {
+        results[sink.index] = wrap_growable(std::move(outs[o]), grown_sizes(s, base), sink.dtype);
       } else if (sink.new_tensor && !sink.strides.empty()) {
         std::vector<int64_t> memory_order = outs[o]->dims();
         results[sink.index] = wrap_buffer(std::move(outs[o]), memory_order, sink.dtype);
@@ -712,6 +973,7 @@ class TableKernel final : public c10::OperatorKernel {
   size_t schema_args_ = 0, functional_args_ = 0, functional_returns_ = 0;
   size_t new_returns_ = 0;  // returns that are new tensors (not aliases of arguments)
   std::vector<Kind> kinds_;
+  std::vector<bool> optional_;
   std::vector<bool> written_;
   std::vector<Return> returns_;
   bool is_inplace_ = false, is_out_ = false;

@@ -81,10 +81,25 @@ enum RowFlags : unsigned {
   kRuntimeFloats = 4,  // float arguments are run-time inputs too (an optimizer's lr changes every step)
 };
 
+// One input of a growable concatenation: its storage's base as a flat array of the result's type, and
+// the tensor's geometry as s64 scalars (program inputs, or constants for inputs of fixed shape).
+struct GrowPart {
+  Value flat;
+  std::vector<Value> sizes, strides;
+  Value offset;
+};
+// Concatenation whose lengths are run-time values (DESIGN.md, "growing shapes"): joins `parts` along
+// `dim` into a flat, contiguous array of `capacity` elements (the result's storage, room to spare).
+using GrowFn = Value (*)(Builder&, const std::vector<GrowPart>& parts, int64_t dim, int64_t capacity);
+
 struct Row {
   std::vector<std::string> overloads;  // "add.Tensor", "add_.Tensor", "add.out"
   LowerFn fn;
   unsigned flags = kNoFlags;
+  // Rows whose result is their tensor-list argument joined along their int argument (cat): the form
+  // used when the result is small enough to live in a growable storage, so that a tensor grown by one
+  // step at a time (generate's input_ids) reuses one program per capacity.
+  GrowFn grow = nullptr;
 };
 
 // All rows, collected from the category files (pointwise.cpp, reduction.cpp, ...).

@@ -67,12 +67,7 @@ Value view_indices(Builder& b, const ViewForm& v) {
   return idx;
 }
 
-Value gather_view(Builder& b, Value flat, const ViewForm& v) {
-  int64_t n = v.numel();
-  Value idx = b.reshape(view_indices(b, v), {n, 1});
-  hlo::GatherDims dn{{}, {0}, {0}, 1};
-  return b.reshape(b.gather(flat, idx, dn, {1}, {n}), v.sizes);
-}
+Value gather_view(Builder& b, Value flat, const ViewForm& v) { return gather_flat(b, flat, view_indices(b, v)); }
 
 // Materializes the view with slice/reshape/transpose/broadcast when its strides nest (the usual case:
 // slices, transposes, expands, narrows); returns an invalid Value when they do not.
@@ -158,6 +153,34 @@ Dims ViewForm::storage_order() const {
 bool covers_storage(const BaseForm& base, const ViewForm& view) {
   return view.offset == 0 && view.contiguous() &&
          view.numel() * static_cast<int64_t>(pjrt::byte_size(view.elem)) == base.nbytes;
+}
+
+bool has_spare_capacity(const BaseForm& base) {
+  return base.present && base.dims.size() == 1 &&
+         base.dims[0] * static_cast<int64_t>(pjrt::byte_size(base.elem)) > base.nbytes;
+}
+
+Value gather_flat(Builder& b, const Value& flat, Value idx) {
+  const Dims shape = idx.dims();
+  const int64_t n = idx.type.numel();
+  const int64_t len = flat.type.numel();
+  Type t{ElementType::kS64, {}};
+  idx = b.clamp(b.constant_i(0, t), b.reshape(idx, {n, 1}), b.constant_i(len - 1, t));
+  hlo::GatherDims dn{{}, {0}, {0}, 1};
+  return b.reshape(b.gather(flat, idx, dn, {1}, {n}), shape);
+}
+
+Value read_view_dynamic(Builder& b, const Value& flat, const Dims& sizes, const Value& offset,
+                        const std::vector<Value>& strides) {
+  Type t{ElementType::kS64, sizes};
+  if (t.numel() == 0) return b.constant(0, Type{flat.elem(), sizes});
+  Value idx = b.broadcast_in_dim(offset, sizes, {});
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    idx = b.binary("add", idx, b.binary("multiply", b.iota(t, static_cast<int64_t>(d)),
+                                        b.broadcast_in_dim(strides[d], sizes, {})));
+  }
+  return gather_flat(b, flat, idx);
 }
 
 Value read_view(Builder& b, const Value& base, const BaseForm& form, const ViewForm& view) {

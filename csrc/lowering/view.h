@@ -39,6 +39,21 @@ bool covers_storage(const BaseForm& base, const ViewForm& view);
 // `base` is the program argument holding the storage's buffer (ignored when !base_form.present).
 Value read_view(Builder& b, const Value& base, const BaseForm& base_form, const ViewForm& view);
 
+// Growable storages (DESIGN.md, "growing shapes"): a base kept as a flat array with room to spare, so a
+// tensor that grows by a few elements per step (generate's input_ids) keeps the same program shapes until
+// its capacity doubles. Reads of such a base take the view's geometry at run time.
+
+// True when the base is a flat array holding more elements than the storage's bytes need.
+bool has_spare_capacity(const BaseForm& base);
+
+// Gathers `flat[idx]` for an s64 index array of any shape (indices clamped into the array).
+Value gather_flat(Builder& b, const Value& flat, Value idx);
+
+// A view read with run-time geometry: `flat` is the base as a 1-D array of the view's type, `offset` and
+// `strides` are s64 scalars (program inputs), `sizes` are the view's static sizes.
+Value read_view_dynamic(Builder& b, const Value& flat, const Dims& sizes, const Value& offset,
+                        const std::vector<Value>& strides);
+
 // Returns the storage's new base after writing `update` (of the view's type) through `view`. When the
 // view covers the storage, that is `update` itself, and `new_form` reports its form.
 Value write_view(Builder& b, const Value& base, const BaseForm& base_form, const ViewForm& view, Value update,

@@ -84,11 +84,11 @@ def test_static_cache_compiles_nothing_after_two_decode_steps(models):
     assert len(fwd.compiles) == n
     assert fwd.compiles[3:] == [0] * (n - 3), fwd.compiles
     assert sum(fwd.fallbacks) == 0 and rec.snapshots[-1]["fallback_total"] == rec.snapshots[0]["fallback_total"]
-    # Outside the forward, generate's own bookkeeping grows the token tensors by one position per step
-    # (torch.cat of input_ids, the eos check on their last column): a handful of tiny programs per token,
-    # independent of the model's size. Bounded here so that a regression inside the model shows.
+    # Nor does generate's own bookkeeping around it: input_ids and the attention mask grow by one position
+    # per token (torch.cat) into growable storages, and the reads of their last column (the eos check, the
+    # next step's inputs) take their offset at run time, so the whole step compiles nothing new.
     steady = rec.per_step(NEW)[3:]
-    assert max(steady) <= 6, steady
+    assert steady == [0] * len(steady), steady
 
 
 def test_dynamic_and_bucketed_cache_compiles(models):
