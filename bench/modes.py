@@ -1,19 +1,24 @@
 """Steps per second of one model and input under each execution mode, side by side in one run:
 strict eager on "tpu", torch.compile(backend="tpu") on "tpu", torch CPU eager and torch.compile(inductor)
-on the CPU. Workloads: a training step (forward, backward, AdamW) of an MLP and of the small transformer
-encoder of tests/python/test_training.py, and an inference step.
+on the CPU, and for the tiny Llama the same model written in JAX and jax.jit-ed (bench/jax_llama.py, CPU
+backend; skipped with a note when jax is not importable). Workloads: a training step (forward, backward,
+AdamW) of an MLP, of the small transformer encoder of tests/python/test_training.py and of the tiny Llama
+of tests/python/hf_tiny.py; an inference step of the first two; a static-cache decode step of the tiny
+Llama at batch 1 and 8. Then cold start: process start to the tiny Llama's first logits on "tpu", with an
+empty and with a warm on-disk program cache.
 
-    python bench/modes.py [--steps 30]
+    python bench/modes.py [--steps 30] [--only llama]
 
-Not yet here (issue 7 item 4): fused eager (not built yet), the tiny-Llama training and decode steps, the
-JAX/jax.jit reference (jax is not installed) and the cold-start measurement.
+Not here: fused eager (TORCH_PJRT_EAGER=fused is not built yet, issue 7 item 2).
 """
 
 import argparse
 import copy
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -62,18 +67,174 @@ def infer_step_fn(model, device, mode):
 
 
 def steps_per_s(step, x, y, steps, sync):
+    def done(out):
+        if hasattr(out, "block_until_ready"):
+            out.block_until_ready()
+        else:
+            out.detach().cpu()
+        sync()
+
     for _ in range(3):  # warm up: compiles
-        step(x, y)
-    sync()
+        out = step(x, y)
+    done(out)
     samples = []
     for _ in range(3):
         t0 = time.perf_counter()
         for _ in range(steps):
             out = step(x, y)
-        out.detach().cpu()
-        sync()
+        done(out)
         samples.append(steps / (time.perf_counter() - t0))
     return statistics.median(samples)
+
+
+def compiled(model, mode):
+    if mode == "compile-tpu":
+        return torch.compile(model, backend="tpu")
+    if mode == "inductor":
+        return torch.compile(model, backend="inductor")
+    return model
+
+
+def llama_train_fn(model, device, mode):
+    model = copy.deepcopy(model).to(device).train()
+    fwd = compiled(model, mode)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(x, y):
+        loss = fwd(input_ids=x, labels=x).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def llama_decode_fn(model, device, mode, batch):
+    from transformers import StaticCache
+
+    model = copy.deepcopy(model).to(device)
+    cache = StaticCache(config=model.config, max_cache_len=256)
+    fwd = compiled(model, mode)
+    state = {"tok": torch.randint(3, 256, (batch, 1)).to(device), "pos": 16}
+
+    def step(x, y):
+        pos = torch.tensor([state["pos"]], device=device)
+        with torch.no_grad():
+            logits = fwd(input_ids=state["tok"], past_key_values=cache, cache_position=pos, use_cache=True).logits
+        state["tok"] = logits[:, -1:].argmax(-1)
+        state["pos"] = 16 + (state["pos"] - 15) % 200
+        return state["tok"]
+
+    return step
+
+
+def jax_llama_fns(model):
+    """(train step, decode step factory) of the same model in JAX, or None when jax is not importable."""
+    try:
+        import jax  # noqa: F401
+        import jax.numpy as jnp
+
+        sys.path.insert(0, os.path.dirname(__file__))
+        import jax_llama
+    except ImportError:
+        return None
+    c = jax_llama.Config(model.config)
+
+    def train():
+        params = jax_llama.params_from_torch(model)
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        state = [params, zeros, jax.tree_util.tree_map(jnp.zeros_like, params), 0]
+        fn = jax_llama.make_train_step(c)
+
+        def step(x, y):
+            state[0], state[1], state[2], state[3], loss = fn(*state, jnp.asarray(x.numpy()))
+            return loss
+
+        return step
+
+    def decode(batch):
+        params = jax_llama.params_from_torch(model)
+        fn = jax_llama.make_decode_step(c)
+        state = {"cache": jax_llama.empty_cache(c, batch, 256), "tok": jnp.asarray(
+            torch.randint(3, 256, (batch,)).numpy()), "pos": 16}
+
+        def step(x, y):
+            state["cache"], state["tok"] = fn(params, state["cache"], state["tok"], jnp.int32(state["pos"]))
+            state["pos"] = 16 + (state["pos"] - 15) % 200
+            return state["tok"]
+
+        return step
+
+    return train, decode, jax_llama.check(model, torch.randint(3, 256, (2, 12)))
+
+
+def report(title, rates):
+    base = rates["strict eager tpu"]
+    print(f"{title}:")
+    for label, r in rates.items():
+        print(f"  {label:18s} {r:9.1f} steps/s   {r / base:6.2f}x strict eager", flush=True)
+
+
+def llama_benchmarks(steps, modes):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+    from hf_tiny import make_model
+
+    model = make_model("llama")
+    jax_fns = jax_llama_fns(model)
+    if jax_fns is None:
+        print("(jax is not importable: no jax.jit reference)")
+    else:
+        print(f"(the JAX model's logits differ from the torch model's by at most {jax_fns[2]:.1e})")
+    ids = torch.randint(3, 256, (8, 32), generator=torch.Generator().manual_seed(0))
+    rates = {}
+    for label, device, mode in modes:
+        torch._dynamo.reset()
+        sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+        rates[label] = steps_per_s(llama_train_fn(model, device, mode), ids.to(device), None, steps, sync)
+    if jax_fns:
+        rates["jax.jit CPU"] = steps_per_s(jax_fns[0](), ids, None, steps, lambda: None)
+    report("tiny llama train step (batch 8 x 32 tokens)", rates)
+    for batch in (1, 8):
+        rates = {}
+        for label, device, mode in modes:
+            torch._dynamo.reset()
+            sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+            rates[label] = steps_per_s(llama_decode_fn(model, device, mode, batch), None, None, steps, sync)
+        if jax_fns:
+            rates["jax.jit CPU"] = steps_per_s(jax_fns[1](batch), None, None, steps, lambda: None)
+        report(f"tiny llama static-cache decode step, batch {batch}", rates)
+
+
+COLD = """
+import sys, time, torch, torch_pjrt
+sys.path.insert(0, {tests!r})
+from hf_tiny import make_model
+model = make_model("llama").to("tpu")
+ids = torch.randint(3, 256, (1, 12))
+t0 = time.perf_counter()
+with torch.no_grad():
+    model(ids.to("tpu")).logits.cpu()
+print(time.perf_counter() - t0)
+"""
+
+
+def cold_start():
+    """Process start to the first logits, and the part of it from the model on "tpu" to its first logits
+    (the rest is importing torch and Transformers and building the model, the same with any cache)."""
+    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python")
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, TORCH_PJRT_CACHE_DIR=d)
+        total, first = [], []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", COLD.format(tests=tests)], env=env, check=True,
+                                 capture_output=True, text=True).stdout
+            total.append(time.perf_counter() - t0)
+            first.append(float(out.strip().splitlines()[-1]))
+    print("cold start of the tiny Llama on tpu (empty on-disk program cache, then warm):")
+    print(f"  process start to first logits  {total[0]:6.2f} s  {total[1]:6.2f} s  {total[0] / total[1]:5.2f}x faster warm")
+    print(f"  first forward (model on tpu)   {first[0]:6.2f} s  {first[1]:6.2f} s  {first[0] / first[1]:5.2f}x faster warm")
 
 
 def main():
@@ -81,11 +242,18 @@ def main():
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--cpu-threads", type=int, default=1,
                         help="torch CPU threads (1: on a shared machine, spinning OpenMP workers distort CPU eager)")
+    parser.add_argument("--only", choices=["mlp", "transformer", "llama", "cold"], default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.cpu_threads)
     modes = [("strict eager tpu", "tpu", "eager"), ("compile(tpu)", "tpu", "compile-tpu"),
              ("torch CPU eager", "cpu", "eager"), ("inductor CPU", "cpu", "inductor")]
+    if args.only in (None, "llama"):
+        llama_benchmarks(args.steps, modes)
+    if args.only in (None, "cold"):
+        cold_start()
     for name, factory, kind in (("mlp", MLP, "mlp"), ("transformer", SmallTransformer, "transformer")):
+        if args.only not in (None, name):
+            continue
         torch.manual_seed(0)
         model = factory()
         x, y = data(kind, 1)[0]
@@ -95,10 +263,7 @@ def main():
                 sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
                 torch._dynamo.reset()
                 rates[label] = steps_per_s(make(model, device, mode), x.to(device), y.to(device), args.steps, sync)
-            base = rates["strict eager tpu"]
-            print(f"{name} {what}:")
-            for label, r in rates.items():
-                print(f"  {label:18s} {r:9.1f} steps/s   {r / base:6.2f}x strict eager")
+            report(f"{name} {what}", rates)
 
 
 if __name__ == "__main__":
