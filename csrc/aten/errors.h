@@ -3,6 +3,7 @@
 // PJRT failure is a RuntimeError naming the op.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include "pjrt/session.h"
@@ -19,6 +20,20 @@ inline pjrt::Session& session_or_throw() {
   TORCH_CHECK_WITH(OutOfMemoryError, e.code() != pjrt::Code::kResourceExhausted, "tpu: out of memory in ", op, ": ",
                    e.what());
   TORCH_CHECK(false, "tpu: ", op, " failed: ", e.what());
+}
+
+// Raises (naming `op`) where a tpu tensor's view reaches past the end of its storage: a storage resized
+// or freed through another alias (`x.untyped_storage().resize_(0)`) leaves views that address nothing.
+// The CPU reads freed memory there; "tpu" refuses.
+inline void check_view_in_storage(const at::Tensor& t, const char* op) {
+  if (!t.defined() || t.numel() == 0) return;
+  int64_t extent = t.storage_offset() + 1;
+  for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+  int64_t need = extent * static_cast<int64_t>(t.element_size());
+  TORCH_CHECK(need <= static_cast<int64_t>(t.storage().nbytes()), op, ": the tensor (sizes ", t.sizes(),
+              ", strides ", t.strides(), ", storage offset ", t.storage_offset(), ", ", t.scalar_type(), ") needs ",
+              need, " bytes of its storage, which has ", t.storage().nbytes(),
+              " (was the storage resized or freed through another tensor?)");
 }
 
 // Runs f(), converting pjrt::Error into a torch error that names `op`.

@@ -1,5 +1,7 @@
 #include "aten/fallback.h"
 
+#include "aten/errors.h"
+
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
@@ -62,6 +64,16 @@ void raise_cpu_error_if_any(const c10::OperatorHandle& op, const torch::jit::Sta
 
 void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
   const std::string name = c10::toString(op.operator_name());
+  {  // views past the end of their storage (freed or shrunk through another alias) address nothing
+    const size_t n = op.schema().arguments().size();
+    for (auto it = stack->end() - n; it != stack->end(); ++it) {
+      if (it->isTensor() && it->toTensor().device().type() == c10::DeviceType::PrivateUse1)
+        check_view_in_storage(it->toTensor(), name.c_str());
+      else if (it->isTensorList())
+        for (const at::Tensor& t : it->toTensorList())
+          if (t.device().type() == c10::DeviceType::PrivateUse1) check_view_in_storage(t, name.c_str());
+    }
+  }
   const std::string why = reason.empty() ? "no native lowering" : reason;
   if (fallback_policy() == FallbackPolicy::kError) {
     raise_cpu_error_if_any(op, *stack);

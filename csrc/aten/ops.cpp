@@ -28,6 +28,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include "aten/checks.h"
 #include "aten/errors.h"
 #include "aten/fallback.h"
 #include "aten/program.h"
@@ -39,6 +40,7 @@ namespace torch_pjrt {
 
 at::Tensor download(const at::Tensor& t) {
   raise_if_poisoned(handle_of(t));
+  check_view_in_storage(t, "copy to the host");
   at::Tensor out = at::empty(t.sizes(), t.options().device(c10::kCPU).memory_format(c10::MemoryFormat::Contiguous));
   if (t.numel() == 0) return out;
   pjrt::BufferPtr buf = dense_buffer(t);
@@ -84,6 +86,8 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   // torch's copy_ checks (TensorIterator): no writes through overlapping elements, no partial overlap
   at::assert_no_internal_overlap(self);
   if (is_tpu(self) && is_tpu(src)) {
+    check_view_in_storage(self, "copy_");
+    check_view_in_storage(src, "copy_");
     if (self.is_alias_of(src) && self.storage_offset() == src.storage_offset() && self.sizes() == src.sizes() &&
         self.strides() == src.strides() && self.scalar_type() == src.scalar_type() &&
         self.is_conj() == src.is_conj() && self.is_neg() == src.is_neg()) {
@@ -112,6 +116,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     // host to device: convert and broadcast on the host, upload, then either take the buffer as the
     // storage's new base (the usual .to("tpu")) or copy it into the view on device
     TORCH_CHECK(src.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", self.device());
+    check_view_in_storage(self, "copy_");
     at::Tensor host = src.to(self.scalar_type());
     if (host.sizes() != self.sizes()) host = host.expand(self.sizes());
     at::Tensor up = upload(host, self.device().index());
@@ -151,6 +156,8 @@ void ensure_storage(const at::Tensor& self, int64_t nbytes) {
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> format) {
+  at::detail::check_size_nonnegative(size);  // as the CPU's resize_: negative sizes, then byte-count overflow
+  (void)at::detail::computeStorageNbytesContiguous(size, self.element_size(), self.storage_offset());
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
   if (format && *format != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(*format);
@@ -166,6 +173,14 @@ at::Tensor& set_storage(at::Tensor& self, c10::Storage source, c10::SymInt offse
                         c10::SymIntArrayRef stride) {
   TORCH_CHECK(source.device().type() == c10::DeviceType::PrivateUse1 || source.nbytes() == 0,
               "tpu: set_ expects a tpu storage, got one on ", source.device());
+  // the CPU's checks: offset, sizes and strides (negative strides overflow its byte count)
+  at::native::checkSetStorage(self, source, offset, size, stride);
+  if (!stride.empty()) {
+    (void)at::detail::computeStorageNbytes(C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+                                           self.element_size(), offset.guard_int(__FILE__, __LINE__));
+  } else {
+    at::detail::check_size_nonnegative(C10_AS_INTARRAYREF_SLOW(size));
+  }
   auto* impl = self.unsafeGetTensorImpl();
   if (!self.storage().is_alias_of(source)) impl->set_storage_keep_dtype(std::move(source));
   impl->set_storage_offset(offset.guard_int(__FILE__, __LINE__));
@@ -361,7 +376,10 @@ void register_aten_kernels() {
   static torch::Library m(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   std::set<std::string> custom = data_dependent_overloads();
   custom.insert("copy_");
-  register_table_kernels(m, custom);
+  std::set<std::string> not_table = custom;
+  for (const auto& o : checked_overloads(custom)) not_table.insert(o);
+  register_table_kernels(m, not_table);
+  register_checked_kernels(m, custom);  // argument checks the meta kernels lack, then the row (checks.cpp)
   register_data_dependent_kernels(m);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);

@@ -27,7 +27,6 @@ OUT_OF_RANGE_INDEX = re.compile(r"out of (range|bounds)|index .* is out of bound
 # CPU kernel refuses (checks that torch's meta kernels lack), or writes an out= that aliases an input in
 # full where the CPU refuses any overlap.
 KNOWN = {
-    "uniform-0": "from > to: the CPU kernel checks, the meta kernel does not",
     "complex-1": "complex(): dtype checks of the CPU kernel", "complex-2": "complex(): out dtype check",
     "masked_scatter-1": "uint8 mask: the CPU kernel checks", "aminmax-3": "out dtype check of the CPU kernel",
     "nn.functional.conv3d-3": "negative padding: the CPU kernel checks",
