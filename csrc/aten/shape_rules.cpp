@@ -1,5 +1,6 @@
 #include "aten/shape_rules.h"
 
+#include <algorithm>
 #include <set>
 
 #include <ATen/ops/empty.h>
@@ -57,10 +58,26 @@ void grouped_mm(torch::jit::Stack& s) {
   s.emplace_back(at::empty(size, a.options().device(c10::kMeta)));
 }
 
+// geqrf(Tensor self) -> (a, tau): torch has no meta kernel for it. `a` in LAPACK's column-major layout, as
+// the CPU returns it.
+void geqrf(torch::jit::Stack& s) {
+  const at::Tensor a = s[0].toTensor();
+  TORCH_CHECK(a.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
+  TORCH_CHECK(at::isFloatingType(a.scalar_type()) || at::isComplexType(a.scalar_type()),
+              "torch.geqrf: Expected a floating point or complex tensor as input. Got ", a.scalar_type());
+  std::vector<int64_t> t = a.sizes().vec(), tau(t.begin(), t.end() - 1);
+  tau.back() = std::min(a.size(-2), a.size(-1));
+  std::swap(t[t.size() - 1], t[t.size() - 2]);
+  torch::jit::drop(s, 1);
+  s.emplace_back(at::empty(t, a.options().device(c10::kMeta)).mT());
+  s.emplace_back(at::empty(tau, a.options().device(c10::kMeta)));
+}
+
 }  // namespace
 
 ShapeRule shape_rule(const std::string& name, const std::string& overload) {
   if (name == "aten::_grouped_mm" && overload.empty()) return grouped_mm;
+  if (name == "aten::geqrf" && overload.empty()) return geqrf;
   return nullptr;
 }
 

@@ -1,5 +1,9 @@
 // Matrix products. Half-precision products accumulate in float32 (the dot's result type), then round.
+#include <cmath>
+#include <functional>
+#include <limits>
 #include <memory>
+#include <string>
 
 #include "lowering/helpers.h"
 
@@ -376,6 +380,522 @@ V unpack(Ctx& c, Mat& m, Value lu, Value perm) {
   return out;
 }
 
+// ----------------------------------------------------------------------- orthogonal factorizations
+// Householder QR in LAPACK's geqrf form (same reflector convention, so Q and R carry the CPU's signs),
+// symmetric eigendecomposition by cyclic two-sided Jacobi, SVD by one-sided (Hestenes) Jacobi. Jacobi
+// works on all pairs at once: positions 2i and 2i+1 form pair i, and a fixed permutation between rounds
+// (the circle method of round-robin tournaments) brings every pair together once per sweep of n-1 rounds,
+// after which the order is back where it started. Sweeps run in a while loop until every matrix of the
+// batch has converged (or a fixed number of sweeps). Inner products are elementwise products and sums,
+// not dots, so that they are exact float arithmetic on every plugin (a float32 dot may run in reduced
+// precision on an accelerator). Same limits as above: float32/float64, at most 64 rows and columns.
+
+Value iota_of(Builder& b, const Dims& d, int64_t dim) { return b.iota(Type{ElementType::kS64, d}, dim); }
+Value splat(Builder& b, double v, ElementType t, const Dims& d) { return b.constant(v, Type{t, d}); }
+
+// Column j (a run-time s64 index) of x [B, m, n] as [B, m]; entry j of v [B, m] as [B]; j broadcast to d.
+Value column(Builder& b, Value x, Value j) {
+  const Dims& d = x.dims();
+  Value z = b.scalar_i(0, ElementType::kS64);
+  return b.reshape(b.dynamic_slice(x, {z, z, j}, {d[0], d[1], 1}), {d[0], d[1]});
+}
+Value entry(Builder& b, Value v, Value j) {
+  return b.reshape(b.dynamic_slice(v, {b.scalar_i(0, ElementType::kS64), j}, {v.dims()[0], 1}), {v.dims()[0]});
+}
+Value at_all(Builder& b, Value j, const Dims& d) { return b.broadcast_in_dim(j, d, {}); }
+// v^T x: v [B, m], x [B, m, p] -> [B, p]; x v: x [B, p, m], v [B, m] -> [B, p].
+Value vt_x(Builder& b, Value v, Value x) { return reduce_sum(b, mul(b, b.broadcast_in_dim(v, x.dims(), {0, 1}), x), {1}); }
+Value x_v(Builder& b, Value x, Value v) { return reduce_sum(b, mul(b, x, b.broadcast_in_dim(v, x.dims(), {0, 2})), {2}); }
+// x - (tau u) w^T: u [B, r], tau [B], w [B, c], x [B, r, c].
+Value minus_outer(Builder& b, Value x, Value u, Value tau, Value w) {
+  Value tu = mul(b, u, b.broadcast_in_dim(tau, u.dims(), {0}));
+  return sub(b, x, mul(b, b.broadcast_in_dim(tu, x.dims(), {0, 1}), b.broadcast_in_dim(w, x.dims(), {0, 2})));
+}
+// The sum over `dim` as a balanced tree of additions (the halves added pairwise): rounding grows with
+// log2(n), not n as in a running sum, which brings Jacobi's singular values and eigenvalues as close to the
+// exact ones as LAPACK's.
+Value tree_sum(Builder& b, Value x, int64_t dim) {
+  int64_t n = x.dims()[dim], p = 1;
+  while (p < n) p *= 2;
+  if (p != n) {
+    Dims lo(x.rank(), 0), hi(x.rank(), 0), in(x.rank(), 0);
+    hi[dim] = p - n;
+    x = b.pad(x, b.scalar(0, x.elem()), lo, hi, in);
+  }
+  while (p > 1) {
+    p /= 2;
+    Dims start(x.rank(), 0), mid = x.dims(), end = x.dims(), one_(x.rank(), 1);
+    mid[dim] = p;
+    Dims start2 = start;
+    start2[dim] = p;
+    x = add(b, b.slice(x, start, mid, one_), b.slice(x, start2, end, one_));
+  }
+  Dims out;
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != dim) out.push_back(x.dims()[i]);
+  return b.reshape(x, out);
+}
+
+// The columns of v [B, n, n] scaled to norm 1: hundreds of rotations leave their norms a few ulps off.
+Value unit_columns(Builder& b, Value v) {
+  Value norm = b.unary("sqrt", tree_sum(b, mul(b, v, v), 1));
+  return div(b, v, b.broadcast_in_dim(norm, v.dims(), {0, 2}));
+}
+
+// x y for x [B, r, k], y [B, k, c], as products and a tree sum.
+Value product(Builder& b, Value x, Value y) {
+  const Dims d{x.dims()[0], x.dims()[1], x.dims()[2], y.dims()[2]};
+  return tree_sum(b, mul(b, b.broadcast_in_dim(x, d, {0, 1, 2}), b.broadcast_in_dim(y, d, {0, 2, 3})), 2);
+}
+Value eye_of(Builder& b, ElementType t, const Dims& d) {  // [..., r, c] with ones on the main diagonal
+  const int64_t r = static_cast<int64_t>(d.size());
+  return b.select(b.compare(Cmp::EQ, iota_of(b, d, r - 2), iota_of(b, d, r - 1)), splat(b, 1, t, d), splat(b, 0, t, d));
+}
+double epsilon(ElementType t) {
+  return t == ElementType::kF64 ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
+}
+
+// The real float matrices `a` [..., m, n] as [B, m, n], after the same checks as square().
+Value matrices(Value a, Builder& b, const char* op) {
+  if (!pjrt::is_float(a.elem()) || a.elem() == ElementType::kF16 || a.elem() == ElementType::kBF16)
+    throw hlo::Error(std::string(op) + ": float32/float64 only");
+  const int64_t m = a.dims()[a.rank() - 2], n = a.dims().back();
+  if (m > kMaxUnrolled || n > kMaxUnrolled)
+    throw hlo::Error(std::string(op) + ": matrices larger than 64x64 are not lowered (" + std::to_string(m) + "x" +
+                     std::to_string(n) + ")");
+  return b.reshape(a, {count_of(batch_of(a.dims(), 2)), m, n});
+}
+
+// for (i = 0; i < count; ++i) state = body(from + step * i, state), as a while loop: the program does not
+// grow with the matrix size (unrolled, a 64-step Householder QR took XLA:CPU minutes to compile).
+V for_range(Builder& b, int64_t from, int64_t step, int64_t count, V state,
+            const std::function<V(Builder&, Value, const V&)>& body) {
+  const ElementType s64 = ElementType::kS64;
+  V init{b.scalar_i(0, s64)};
+  init.insert(init.end(), state.begin(), state.end());
+  V out = b.while_loop(
+      init, [&](Builder& bb, const V& s) { return V{bb.compare(Cmp::LT, s[0], bb.scalar_i(count, s64))}; },
+      [&](Builder& bb, const V& s) {
+        Value j = add(bb, bb.scalar_i(from, s64), mul(bb, bb.scalar_i(step, s64), s[0]));
+        V next{add(bb, s[0], bb.scalar_i(1, s64))};
+        V r = body(bb, j, V(s.begin() + 1, s.end()));
+        next.insert(next.end(), r.begin(), r.end());
+        return next;
+      });
+  return V(out.begin() + 1, out.end());
+}
+
+// Householder reflector j of a geqrf result: 1 at row j, the stored tail below, 0 above. [B, m]
+Value reflector(Builder& b, Value a, Value j) {
+  const Dims v{a.dims()[0], a.dims()[1]};
+  Value rows = iota_of(b, v, 1);
+  return b.select(b.compare(Cmp::GT, rows, at_all(b, j, v)), column(b, a, j),
+                  b.select(b.compare(Cmp::EQ, rows, at_all(b, j, v)), splat(b, 1, a.elem(), v), splat(b, 0, a.elem(), v)));
+}
+
+struct Reflectors {
+  Value a, tau;  // LAPACK's geqrf form: R on and above the diagonal, reflector tails below; tau [B, k]
+};
+
+// A = Q R with Q = H_0 ... H_{k-1}, H_j = I - tau_j v_j v_j^T, as LAPACK's geqrf (dlarfg's choice of
+// beta = -sign(alpha) ||x||, and H = I when x below the diagonal is zero).
+Reflectors householder_qr(Builder& b, Value a) {
+  const Dims d = a.dims();
+  const int64_t B = d[0], m = d[1], n = d[2], k = std::min(m, n);
+  const ElementType t = a.elem();
+  V r = for_range(b, 0, 1, k, {a, splat(b, 0, t, {B, k})}, [&](Builder& bb, Value j, const V& s) {
+    const Dims v{B, m}, w{B, n}, sd{B};
+    Value a = s[0];
+    Value rows = iota_of(bb, v, 1);
+    Value zero = splat(bb, 0, t, v), zs = splat(bb, 0, t, sd), os = splat(bb, 1, t, sd);
+    auto bv = [&](Value x) { return bb.broadcast_in_dim(x, v, {0}); };
+    Value x = column(bb, a, j);
+    Value below = bb.compare(Cmp::GT, rows, at_all(bb, j, v)), diag = bb.compare(Cmp::EQ, rows, at_all(bb, j, v));
+    Value tail = bb.select(below, x, zero);
+    Value alpha = entry(bb, x, j);
+    // ||x[j:]||, scaled by its largest entry so that the squares neither overflow nor underflow
+    Value big = nan_max(bb, reduce(bb, bb.unary("abs", tail), {1}, "maximum", bb.scalar(0, t)), bb.unary("abs", alpha));
+    Value safe = bb.select(bb.compare(Cmp::EQ, big, zs), os, big);
+    Value st = div(bb, tail, bv(safe));
+    Value tail2 = reduce_sum(bb, mul(bb, st, st), {1});
+    Value sa = div(bb, alpha, safe);
+    Value norm = mul(bb, safe, bb.unary("sqrt", add(bb, mul(bb, sa, sa), tail2)));
+    Value beta = bb.select(bb.compare(Cmp::GE, alpha, zs), bb.unary("negate", norm), norm);
+    Value trivial = bb.compare(Cmp::EQ, tail2, zs);
+    Value tau = bb.select(trivial, zs, div(bb, sub(bb, beta, alpha), beta));
+    Value vj = bb.select(below, div(bb, x, bv(bb.select(trivial, os, sub(bb, alpha, beta)))),
+                         bb.select(diag, splat(bb, 1, t, v), zero));
+    Value wj = bb.select(bb.compare(Cmp::GT, iota_of(bb, w, 1), at_all(bb, j, w)), vt_x(bb, vj, a), splat(bb, 0, t, w));
+    a = minus_outer(bb, a, vj, tau, wj);
+    Value col = bb.select(below, vj, bb.select(diag, bv(bb.select(trivial, alpha, beta)), x));
+    a = bb.select(bb.compare(Cmp::EQ, iota_of(bb, d, 2), at_all(bb, j, d)), bb.broadcast_in_dim(col, d, {0, 1}), a);
+    const Dims kd{B, k};
+    Value taus = bb.select(bb.compare(Cmp::EQ, iota_of(bb, kd, 1), at_all(bb, j, kd)), bb.broadcast_in_dim(tau, kd, {0}), s[1]);
+    return V{a, taus};
+  });
+  return {r[0], r[1]};
+}
+
+// The first p columns of H_0 ... H_{k-1} (as LAPACK's orgqr): [B, m, p].
+Value householder_q(Builder& b, Value a, Value tau, int64_t k, int64_t p) {
+  Value q = eye_of(b, a.elem(), {a.dims()[0], a.dims()[1], p});
+  return for_range(b, k - 1, -1, k, {q, a, tau}, [](Builder& bb, Value j, const V& s) {
+    Value v = reflector(bb, s[1], j);
+    return V{minus_outer(bb, s[0], v, entry(bb, s[2], j), vt_x(bb, v, s[0])), s[1], s[2]};
+  })[0];
+}
+
+// Q C, Q^T C, C Q or C Q^T for Q = H_0 ... H_{k-1} (as LAPACK's ormqr).
+Value householder_apply(Builder& b, Value a, Value tau, int64_t k, Value x, bool left, bool transpose) {
+  const bool forward = left == transpose;  // Q^T C = H_{k-1} ... H_0 C and C Q = C H_0 ... H_{k-1}
+  return for_range(b, forward ? 0 : k - 1, forward ? 1 : -1, k, {x, a, tau}, [left](Builder& bb, Value j, const V& s) {
+    Value v = reflector(bb, s[1], j), tj = entry(bb, s[2], j), x = s[0];
+    x = left ? minus_outer(bb, x, v, tj, vt_x(bb, v, x)) : minus_outer(bb, x, x_v(bb, x, v), tj, v);
+    return V{x, s[1], s[2]};
+  })[0];
+}
+
+std::vector<int64_t> round_robin(int64_t n) {
+  std::vector<int64_t> cycle, src(n, 0);
+  for (int64_t i = 1; i < n / 2; ++i) cycle.push_back(2 * i);
+  for (int64_t i = n / 2 - 1; i >= 0; --i) cycle.push_back(2 * i + 1);
+  const size_t len = cycle.size();
+  for (size_t i = 0; i < len; ++i) src[cycle[(i + 1) % len]] = cycle[i];
+  return src;
+}
+
+// The rotation [[c, s], [-s, c]] that diagonalizes [[p, r], [r, q]] (Golub & Van Loan's sym.schur2), with
+// the smaller angle; the identity where `keep` or r == 0.
+std::pair<Value, Value> jacobi_rotation(Builder& b, Value p, Value q, Value r, Value keep) {
+  Value zero = like(b, 0, r), one = like(b, 1, r);
+  Value none = orv(b, keep, b.compare(Cmp::EQ, r, zero));
+  Value tau = div(b, sub(b, q, p), mul(b, like(b, 2, r), b.select(none, one, r)));
+  Value sign = b.select(b.compare(Cmp::GE, tau, zero), one, like(b, -1, r));
+  // |tau| so large that tau^2 overflows: t = 1/inf = 0, the rotation the update needs anyway
+  Value t = div(b, sign, add(b, b.unary("abs", tau), b.unary("sqrt", add(b, one, mul(b, tau, tau)))));
+  Value c = div(b, one, b.unary("sqrt", add(b, one, mul(b, t, t))));
+  return {b.select(none, one, c), b.select(none, zero, mul(b, t, c))};
+}
+
+// Rotates the pairs (2i, 2i+1) of rows (axis 1) or columns (axis 2) of x [B, r, c]: p' = c p - s q,
+// q' = s p + c q, with c, s [B, pairs].
+Value rotate(Builder& b, Value x, int64_t axis, Value c, Value s) {
+  const int64_t B = x.dims()[0], n = x.dims()[axis], h = n / 2, o = x.dims()[3 - axis];
+  const Dims d4 = axis == 1 ? Dims{B, h, 2, o} : Dims{B, o, h, 2}, d3 = axis == 1 ? Dims{B, h, o} : Dims{B, o, h};
+  const int64_t pd = axis == 1 ? 2 : 3;
+  Value x4 = b.reshape(x, d4);
+  auto half = [&](int64_t i) {
+    Dims lo(4, 0), hi = d4;
+    lo[pd] = i;
+    hi[pd] = i + 1;
+    return b.reshape(b.slice(x4, lo, hi, {1, 1, 1, 1}), d3);
+  };
+  Value p = half(0), q = half(1);
+  const Dims keep = axis == 1 ? Dims{0, 1} : Dims{0, 2};
+  Value cc = b.broadcast_in_dim(c, d3, keep), ss = b.broadcast_in_dim(s, d3, keep);
+  Value p2 = sub(b, mul(b, cc, p), mul(b, ss, q)), q2 = add(b, mul(b, ss, p), mul(b, cc, q));
+  Dims d1 = d3;
+  d1.insert(d1.begin() + pd, 1);
+  return b.reshape(b.concatenate({b.reshape(p2, d1), b.reshape(q2, d1)}, pd), x.dims());
+}
+
+// 2x2 diagonal blocks of x [B, n, n]: entry (i, j) of every block, [B, n/2].
+std::vector<Value> pair_blocks(Builder& b, Value x) {
+  const int64_t B = x.dims()[0], h = x.dims()[1] / 2;
+  const Dims d5{B, h, 2, h, 2};
+  Value x5 = b.reshape(x, d5);
+  Value blocks = reduce_sum(b, b.select(b.compare(Cmp::EQ, iota_of(b, d5, 1), iota_of(b, d5, 3)), x5, like(b, 0, x5)), {3});
+  std::vector<Value> out;
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 2; ++j)
+      out.push_back(b.reshape(b.slice(blocks, {0, 0, i, j}, {B, h, i + 1, j + 1}, {1, 1, 1, 1}), {B, h}));
+  return out;  // (0,0), (0,1), (1,0), (1,1)
+}
+
+constexpr int64_t kMaxSweeps = 30;
+
+// Jacobi sweeps over `state` (matrices [B, n, .] rotated pairwise, n even): each sweep runs `round`
+// n - 1 times (then the order is the starting one again); sweeps continue while `done` (pred[]) is false.
+V jacobi_sweeps(Builder& b, V state, int64_t n, const std::function<V(Builder&, const V&)>& round,
+                const std::function<Value(Builder&, const V&)>& done) {
+  const ElementType s64 = ElementType::kS64;
+  V init{b.scalar_i(0, s64), done(b, state)};
+  init.insert(init.end(), state.begin(), state.end());
+  V out = b.while_loop(
+      init,
+      [&](Builder& bb, const V& s) {
+        return V{andv(bb, bb.compare(Cmp::LT, s[0], bb.scalar_i(kMaxSweeps, s64)), notv(bb, s[1]))};
+      },
+      [&](Builder& bb, const V& s) {
+        V inner{bb.scalar_i(0, s64)};
+        inner.insert(inner.end(), s.begin() + 2, s.end());
+        V r = bb.while_loop(
+            inner, [&](Builder& b2, const V& q) { return V{b2.compare(Cmp::LT, q[0], b2.scalar_i(n - 1, s64))}; },
+            [&](Builder& b2, const V& q) {
+              V next{add(b2, q[0], b2.scalar_i(1, s64))};
+              V moved = round(b2, V(q.begin() + 1, q.end()));
+              next.insert(next.end(), moved.begin(), moved.end());
+              return next;
+            });
+        V st(r.begin() + 1, r.end());
+        V next{add(bb, s[0], bb.scalar_i(1, s64)), done(bb, st)};
+        next.insert(next.end(), st.begin(), st.end());
+        return next;
+      });
+  return V(out.begin() + 2, out.end());
+}
+
+Value all_of(Builder& b, Value pred) {  // pred[...] -> pred[]
+  Dims all;
+  for (int64_t i = 0; i < pred.rank(); ++i) all.push_back(i);
+  return reduce(b, pred, all, "and", b.constant(1, Type{ElementType::kPred, {}}));
+}
+
+// x scaled so that its largest |entry| is 1 (per matrix), and that scale [B]: keeps squares finite.
+std::pair<Value, Value> unit_scaled(Builder& b, Value x) {
+  const ElementType t = x.elem();
+  Value big = reduce(b, b.unary("abs", x), {1, 2}, "maximum", b.scalar(0, t));
+  Value scale = b.select(b.compare(Cmp::EQ, big, like(b, 0, big)), like(b, 1, big), big);
+  return {div(b, x, b.broadcast_in_dim(scale, x.dims(), {0})), scale};
+}
+
+// The columns of x [B, r, n] in the order perm [B, n] (s64): out[., ., j] = x[., ., perm[j]].
+Value permute_columns(Builder& b, Value x, Value perm) {
+  const int64_t B = x.dims()[0], r = x.dims()[1], n = x.dims()[2];
+  const Dims d4{B, r, n, n};  // [., ., k, j]
+  Value hit = b.compare(Cmp::EQ, b.broadcast_in_dim(perm, d4, {0, 3}), iota_of(b, d4, 2));
+  return reduce_sum(b, b.select(hit, b.broadcast_in_dim(x, d4, {0, 1, 2}), splat(b, 0, x.elem(), d4)), {2});
+}
+
+// The diagonal of x [B, n, n] as [B, n].
+Value diagonal(Builder& b, Value x) {
+  const Dims& d = x.dims();
+  return reduce_sum(b, b.select(b.compare(Cmp::EQ, iota_of(b, d, 1), iota_of(b, d, 2)), x, splat(b, 0, x.elem(), d)), {2});
+}
+
+// Sorts w [B, n] (ascending or descending, stable) -> (sorted, the permutation).
+std::pair<Value, Value> sort_with_perm(Builder& b, Value w, bool descending) {
+  Value idx = iota_of(b, w.dims(), 1);
+  auto r = b.sort({w, idx}, 1, true, [descending](Builder& bb, const V& a) {
+    return V{bb.compare(descending ? Cmp::GT : Cmp::LT, a[0], a[1])};
+  });
+  return {r[0], r[1]};
+}
+
+// Eigenvalues (ascending, [B, n]) and eigenvectors (columns, [B, n, n]) of the symmetric a [B, n, n].
+std::pair<Value, Value> symmetric_eigen(Builder& b, Value a, bool vectors) {
+  const int64_t B = a.dims()[0], n = a.dims()[1], np = n + n % 2;
+  const ElementType t = a.elem();
+  auto [x, scale] = unit_scaled(b, a);
+  if (np != n) x = b.pad(x, b.scalar(0, t), {0, 0, 0}, {0, 1, 1}, {0, 0, 0});
+  Value v = eye_of(b, t, {B, np, np});
+  const std::vector<int64_t> src = round_robin(np);
+  const double tol = epsilon(t) * std::sqrt(static_cast<double>(np));
+  auto round = [&](Builder& bb, const V& s) {
+    std::vector<Value> blk = pair_blocks(bb, s[0]);
+    auto [c, sn] = jacobi_rotation(bb, blk[0], blk[3], blk[1], bb.constant(0, Type{ElementType::kPred, blk[1].dims()}));
+    Value y = rotate(bb, rotate(bb, s[0], 1, c, sn), 2, c, sn);
+    // the entries this round annihilated are zero exactly
+    const Dims d = y.dims();
+    Value i = iota_of(bb, d, 1), j = iota_of(bb, d, 2);
+    Value two = bb.constant_i(2, i.type);
+    Value paired = andv(bb, bb.compare(Cmp::EQ, bb.binary("divide", i, two), bb.binary("divide", j, two)), bb.compare(Cmp::NE, i, j));
+    y = bb.select(paired, like(bb, 0, y), y);
+    Value w = rotate(bb, s[1], 2, c, sn);
+    return V{take_axis(bb, take_axis(bb, y, 1, src), 2, src), take_axis(bb, w, 2, src)};
+  };
+  auto done = [&](Builder& bb, const V& s) {  // ||off(x)||_F <= tol ||x||_F for every matrix
+    const Dims& d = s[0].dims();
+    Value sq = mul(bb, s[0], s[0]);
+    Value off = reduce_sum(bb, bb.select(bb.compare(Cmp::NE, iota_of(bb, d, 1), iota_of(bb, d, 2)), sq, like(bb, 0, sq)), {1, 2});
+    Value total = reduce_sum(bb, sq, {1, 2});
+    return all_of(bb, bb.compare(Cmp::LE, off, mul(bb, total, like(bb, tol * tol, total))));
+  };
+  V r = jacobi_sweeps(b, {x, v}, np, round, done);
+  // the eigenvalues as Rayleigh quotients v^T A v of the input: rounding accumulated on the rotated
+  // diagonal over all sweeps does not reach them
+  Value vec = unit_columns(b, b.slice(r[1], {0, 0, 0}, {B, n, n}, {1, 1, 1}));
+  Value xs = b.slice(x, {0, 0, 0}, {B, n, n}, {1, 1, 1});
+  Value rq = tree_sum(b, mul(b, vec, product(b, xs, vec)), 1);
+  auto [w, perm] = sort_with_perm(b, rq, false);
+  w = mul(b, w, b.broadcast_in_dim(scale, w.dims(), {0}));
+  if (!vectors) return {w, Value{}};
+  return {w, permute_columns(b, vec, perm)};
+}
+
+struct Svd {
+  Value u, s, vh;
+};
+
+// A = U S Vh for a [B, m, n] with m >= n, by one-sided Jacobi: rotations of column pairs until every two
+// columns of W = A V are orthogonal (to tol relative to their norms); then S = the column norms
+// (descending) and U = W S^-1. U is completed (to p = n or m orthonormal columns, and where a singular value
+// is zero) through a Householder QR of U itself: Q's columns are U's up to sign, which R's diagonal gives.
+Svd svd_tall(Builder& b, Value a, bool vectors, bool full) {
+  const int64_t B = a.dims()[0], m = a.dims()[1], n = a.dims()[2], np = n + n % 2;
+  const ElementType t = a.elem();
+  auto [w, scale] = unit_scaled(b, a);
+  if (np != n) w = b.pad(w, b.scalar(0, t), {0, 0, 0}, {0, 0, 1}, {0, 0, 0});
+  Value v = eye_of(b, t, {B, np, np});
+  const std::vector<int64_t> src = round_robin(np);
+  const double tol = epsilon(t) * std::sqrt(static_cast<double>(m));
+  auto round = [&](Builder& bb, const V& s) {
+    const Dims d4{B, m, np / 2, 2}, d3{B, m, np / 2};
+    Value w4 = bb.reshape(s[0], d4);
+    Value p = bb.reshape(bb.slice(w4, {0, 0, 0, 0}, {B, m, np / 2, 1}, {1, 1, 1, 1}), d3);
+    Value q = bb.reshape(bb.slice(w4, {0, 0, 0, 1}, {B, m, np / 2, 2}, {1, 1, 1, 1}), d3);
+    Value alpha = tree_sum(bb, mul(bb, p, p), 1), beta = tree_sum(bb, mul(bb, q, q), 1);
+    Value gamma = tree_sum(bb, mul(bb, p, q), 1);
+    Value orthogonal = bb.compare(Cmp::LE, bb.unary("abs", gamma),
+                                  mul(bb, like(bb, tol, gamma), bb.unary("sqrt", mul(bb, alpha, beta))));
+    auto [c, sn] = jacobi_rotation(bb, alpha, beta, gamma, orthogonal);
+    Value w2 = rotate(bb, s[0], 2, c, sn), v2 = rotate(bb, s[1], 2, c, sn);
+    return V{take_axis(bb, w2, 2, src), take_axis(bb, v2, 2, src)};
+  };
+  auto done = [&](Builder& bb, const V& s) {  // |w_i . w_j| <= tol ||w_i|| ||w_j|| for all i != j
+    const Dims d4{B, m, np, np};
+    Value wi = bb.broadcast_in_dim(s[0], d4, {0, 1, 2}), wj = bb.broadcast_in_dim(s[0], d4, {0, 1, 3});
+    Value g = reduce_sum(bb, mul(bb, wi, wj), {1});  // [B, np, np]
+    Value dg = diagonal(bb, g);
+    const Dims d3{B, np, np};
+    Value bound = mul(bb, like(bb, tol, g), bb.unary("sqrt", mul(bb, bb.broadcast_in_dim(dg, d3, {0, 1}), bb.broadcast_in_dim(dg, d3, {0, 2}))));
+    Value ok = orv(bb, bb.compare(Cmp::EQ, iota_of(bb, d3, 1), iota_of(bb, d3, 2)), bb.compare(Cmp::LE, bb.unary("abs", g), bound));
+    return all_of(bb, ok);
+  };
+  Value a1 = b.slice(w, {0, 0, 0}, {B, m, n}, {1, 1, 1});
+  V r = jacobi_sweeps(b, {w, v}, np, round, done);
+  // W = A V once more from the input: rounding accumulated on the rotated columns does not reach S
+  Value vn = unit_columns(b, b.slice(r[1], {0, 0, 0}, {B, n, n}, {1, 1, 1}));
+  w = product(b, a1, vn);
+  Value norms = b.unary("sqrt", tree_sum(b, mul(b, w, w), 1));
+  auto [sv, perm] = sort_with_perm(b, norms, true);
+  Svd out{Value{}, mul(b, sv, b.broadcast_in_dim(scale, sv.dims(), {0})), Value{}};
+  if (!vectors) return out;
+  w = permute_columns(b, w, perm);
+  Value vv = permute_columns(b, vn, perm);
+  Value zero = like(b, 0, sv);
+  Value denom = b.broadcast_in_dim(b.select(b.compare(Cmp::GT, sv, zero), sv, like(b, 1, sv)), w.dims(), {0, 2});
+  Value u = b.select(b.broadcast_in_dim(b.compare(Cmp::GT, sv, zero), w.dims(), {0, 2}), div(b, w, denom), like(b, 0, w));
+  Reflectors f = householder_qr(b, u);
+  const int64_t p = full ? m : n;
+  Value q = householder_q(b, f.a, f.tau, n, p);
+  Value rd = diagonal(b, b.slice(f.a, {0, 0, 0}, {B, n, n}, {1, 1, 1}));
+  Value sign = b.select(b.compare(Cmp::LT, rd, like(b, 0, rd)), like(b, -1, rd), like(b, 1, rd));
+  if (p > n) sign = b.pad(sign, b.scalar(1, t), {0, 0}, {0, p - n}, {0, 0});
+  out.u = mul(b, q, b.broadcast_in_dim(sign, q.dims(), {0, 2}));
+  out.vh = mT(b, vv);
+  return out;
+}
+
+// Any shape: a tall matrix directly, a wide one as A^T = U' S V'^T, i.e. A = V' S U'^T.
+Svd svd(Builder& b, Value a, bool vectors, bool full) {
+  if (a.dims()[1] >= a.dims()[2]) return svd_tall(b, a, vectors, full);
+  Svd r = svd_tall(b, mT(b, a), vectors, full);
+  if (!vectors) return r;
+  return {mT(b, r.vh), r.s, mT(b, r.u)};
+}
+
+// Results of empty inputs: zeros (all empty), except the orthogonal factors `eyes` of an m x 0 or 0 x n
+// matrix, which are identities as on the CPU.
+V empty_results(Ctx& c, std::initializer_list<size_t> eyes) {
+  V out;
+  for (size_t k = 0; k < c.outs.size(); ++k) {
+    bool eye = false;
+    for (size_t e : eyes) eye |= e == k;
+    if (!c.wanted(k))
+      out.push_back(Value{});
+    else if (eye && count_of(c.out_dims(k)) > 0)
+      out.push_back(eye_of(c.b, c.out_type(k), c.out_dims(k)));
+    else
+      out.push_back(c.b.constant(0, c.out(k)));
+  }
+  return out;
+}
+
+// _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors); only the UPLO triangle is read.
+V eigh_row(Ctx& c) {
+  Builder& b = c.b;
+  const bool vectors = !c.has(2) || c.i(2);
+  if (empty_matrices(c.t(0))) return empty_results(c, {});
+  Value a = matrices(c.t(0), b, "linalg.eigh");
+  if (a.dims()[1] != a.dims()[2]) throw hlo::Error("linalg.eigh: square matrices only");
+  const bool upper = c.has(1) && c.arg(1).s == "U";
+  const Dims& d = a.dims();
+  a = b.select(b.compare(upper ? Cmp::LE : Cmp::GE, iota_of(b, d, 1), iota_of(b, d, 2)), a, mT(b, a));
+  auto [w, v] = symmetric_eigen(b, a, vectors);
+  V out{b.reshape(w, c.out_dims(0)), Value{}};
+  if (c.wanted(1)) out[1] = vectors ? b.reshape(v, c.out_dims(1)) : b.constant(0, c.out(1));
+  return out;
+}
+
+// _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh)
+V svd_row(Ctx& c) {
+  Builder& b = c.b;
+  const bool full = c.has(1) && c.i(1), vectors = !c.has(2) || c.i(2);
+  if (empty_matrices(c.t(0))) return empty_results(c, {0, 2});
+  Svd r = svd(b, matrices(c.t(0), b, "linalg.svd"), vectors, full);
+  V out = empty_results(c, {});
+  out[1] = b.reshape(r.s, c.out_dims(1));
+  if (vectors) {
+    out[0] = b.reshape(r.u, c.out_dims(0));
+    out[2] = b.reshape(r.vh, c.out_dims(2));
+  }
+  return out;
+}
+
+// linalg_qr(A, mode) -> (Q, R); mode "reduced", "complete" or "r" (Q empty).
+V qr_row(Ctx& c) {
+  Builder& b = c.b;
+  const std::string mode = c.has(1) ? c.arg(1).s : "reduced";
+  if (empty_matrices(c.t(0))) return empty_results(c, {0});
+  Value a = matrices(c.t(0), b, "linalg.qr");
+  const int64_t B = a.dims()[0], m = a.dims()[1], n = a.dims()[2], k = std::min(m, n);
+  const int64_t p = mode == "complete" ? m : k;
+  Reflectors f = householder_qr(b, a);
+  Value r = b.slice(f.a, {0, 0, 0}, {B, p, n}, {1, 1, 1});
+  const Dims& d = r.dims();
+  r = b.select(b.compare(Cmp::LE, iota_of(b, d, 1), iota_of(b, d, 2)), r, like(b, 0, r));
+  V out{Value{}, b.reshape(r, c.out_dims(1))};
+  out[0] = mode == "r" ? b.constant(0, c.out(0)) : b.reshape(householder_q(b, f.a, f.tau, k, p), c.out_dims(0));
+  return out;
+}
+
+// geqrf(A) -> (a, tau): LAPACK's compact form.
+V geqrf_row(Ctx& c) {
+  if (empty_matrices(c.t(0))) return empty_results(c, {});
+  Reflectors f = householder_qr(c.b, matrices(c.t(0), c.b, "geqrf"));
+  return V{c.b.reshape(f.a, c.out_dims(0)), c.b.reshape(f.tau, c.out_dims(1))};
+}
+
+// The reflectors' count k and tau as [B, k] (batch dims of the reflectors' matrices).
+Value taus(Ctx& c, size_t k, int64_t B) { return c.b.reshape(c.b.convert(c.t(k), c.t(0).elem()), {B, c.t(k).dims().back()}); }
+
+// linalg_householder_product(A, tau): the first n columns of H_0 ... H_{k-1}.
+V householder_product_row(Ctx& c) {
+  Builder& b = c.b;
+  const int64_t k = c.t(1).dims().back();
+  if (count_of(c.out_dims()) == 0) return empty_results(c, {});
+  if (k == 0) return one(eye_of(b, c.out_type(), c.out_dims()));
+  Value a = matrices(c.t(0), b, "linalg.householder_product");
+  Value tau = taus(c, 1, a.dims()[0]);
+  return one(b.reshape(householder_q(b, a, tau, k, a.dims()[2]), c.out_dims()));
+}
+
+// ormqr(A, tau, C, left, transpose): Q C, Q^T C, C Q or C Q^T.
+V ormqr_row(Ctx& c) {
+  Builder& b = c.b;
+  const int64_t k = c.t(1).dims().back();
+  if (count_of(c.out_dims()) == 0) return empty_results(c, {});
+  Value x = b.convert(c.t(2), c.out_type());
+  if (k == 0) return one(x);
+  Value a = matrices(c.t(0), b, "ormqr");
+  const int64_t B = a.dims()[0];
+  if (count_of(batch_of(x.dims(), 2)) != B) throw hlo::Error("ormqr: batch dims differ");
+  x = b.reshape(x, {B, x.dims()[x.rank() - 2], x.dims().back()});
+  const bool left = !c.has(3) || c.i(3), transpose = c.has(4) && c.i(4);
+  return one(b.reshape(householder_apply(b, a, taus(c, 1, B), k, x, left, transpose), c.out_dims()));
+}
+
 const Rows rows = {
     {{"mm", "mm.out"}, [](Ctx& c) { return one(mm(c, 0, 1)); }},
     {{"bmm", "bmm.out"}, [](Ctx& c) { return one(bmm(c, 0, 1)); }},
@@ -447,6 +967,13 @@ const Rows rows = {
        Lu f{lu, piv, perm_of(*m, piv), Value{}};
        return one(b.reshape(lu_solve(*m, f, rhs(c, b.convert(c.t(2), lu.elem()), batch, m->n, false)), out));
      }},
+    // orthogonal factorizations (Householder and Jacobi, above)
+    {{"linalg_qr", "linalg_qr.out"}, qr_row},
+    {{"geqrf", "geqrf.a"}, geqrf_row},
+    {{"linalg_householder_product", "linalg_householder_product.out"}, householder_product_row},
+    {{"ormqr", "ormqr.out"}, ormqr_row},
+    {{"_linalg_eigh", "_linalg_eigh.eigenvalues"}, eigh_row},
+    {{"_linalg_svd", "_linalg_svd.U"}, svd_row},
     {{"outer"}, [](Ctx& c) { return one(dot(c.b, c.t(0), c.t(1), {}, {}, {}, {}, c.out_type())); }},
     {{"addr", "addr_", "addr.out"}, [](Ctx& c) {
        return one(scaled_sum(c, dot(c.b, c.t(1), c.t(2), {}, {}, {}, {}, c.out_type()), 0, 3, 4));

@@ -20,6 +20,10 @@ Each (op, dtype) is exactly one of
   skipped      with the reason (the CPU lacks the dtype, PyTorch's sample generator raised, the CPU
                rejects every sample)
 
+Where a sample defines ``output_process_fn_grad`` (PyTorch's linalg samples: the singular vectors and
+eigenvectors, unique only up to sign, become their absolute values or U @ Vh), both results are compared
+through it, as PyTorch's own CPU-vs-device test (``TestCommon.test_compare_cpu``) and gradient tests do.
+
 Random ops (their values are not the CPU's stream) pass when their results have the CPU's shapes and
 dtypes and are reproduced exactly under ``torch.manual_seed``; their distributions are tested in
 tests/python/test_random.py. Ops returning uninitialized memory (empty, new_empty, ...) are compared by
@@ -269,10 +273,13 @@ def _call(op, sample, moved):
     return op(inp, *args, **kwargs)
 
 
-def _grads(op, moved, cotangent_seed: int):
-    """Gradients of the op's outputs (weighted by fixed cotangents) w.r.t. its inputs requiring grad."""
+def _grads(op, moved, cotangent_seed: int, process=lambda out: out):
+    """Gradients of the op's outputs (weighted by fixed cotangents) w.r.t. its inputs requiring grad.
+
+    `process` is the sample's ``output_process_fn_grad``: PyTorch's gradient tests differentiate the
+    processed outputs (for SVD and eigenvectors, quantities independent of each vector's sign)."""
     inputs = [t for t in _tensors(moved) if t.requires_grad]
-    out = _call(op, None, moved)
+    out = process(_call(op, None, moved))
     outs = [t for t in _tensors(out) if t.requires_grad]
     if not outs or not inputs:
         return None
@@ -358,7 +365,8 @@ def _check_op(op, dtype, limit, grad) -> Result:
         # the CPU's answer (from its own copy: in-place ops mutate their inputs)
         try:
             torch.manual_seed(0)
-            exp = _grads(op, (s.input, s.args, s.kwargs), i) if grad else _call(op, s, (s.input, s.args, s.kwargs))
+            exp = (_grads(op, (s.input, s.args, s.kwargs), i, s.output_process_fn_grad) if grad
+                   else _call(op, s, (s.input, s.args, s.kwargs)))
             cpu_error = None
         except Exception as e:
             cpu_error = e
@@ -366,7 +374,7 @@ def _check_op(op, dtype, limit, grad) -> Result:
             continue  # no differentiable output or input in this sample
         try:
             torch.manual_seed(0)
-            got = _grads(op, moved, i) if grad else _call(op, s, moved)
+            got = _grads(op, moved, i, s.output_process_fn_grad) if grad else _call(op, s, moved)
             if cpu_error is None:
                 if name in UNINITIALIZED_OPS:
                     _assert_like(got, exp, strides=name == "empty_strided")
@@ -377,8 +385,11 @@ def _check_op(op, dtype, limit, grad) -> Result:
                     _assert_equal(got, again)
                 elif name in TIED_INDEX_OPS and not grad:
                     _assert_same_values_tied_indices(got, exp, s)
-                else:
+                elif grad:
                     assert_same(got, exp)
+                else:  # results unique only up to sign (SVD, eigenvectors) are compared as PyTorch's
+                    # test_compare_cpu does, through the sample's output_process_fn_grad
+                    assert_same(s.output_process_fn_grad(got), s.output_process_fn_grad(exp))
             else:
                 for t in _tensors(got):  # force an asynchronous failure to surface
                     t.cpu()

@@ -1,0 +1,229 @@
+"""QR, symmetric eigendecomposition and SVD (csrc/lowering/linalg.cpp: Householder and Jacobi) against
+the CPU's LAPACK results on the same inputs. Eigenvectors and singular vectors are unique only up to sign:
+they are compared as PyTorch's own OpInfo samples compare them (absolute values, U @ Vh), and checked by
+reconstruction and orthogonality."""
+
+import pytest
+import torch
+
+from compare import assert_same, check
+
+torch.manual_seed(0)
+
+
+def eye_like(x):
+    return torch.eye(x.shape[-1], dtype=x.dtype).expand(x.shape[:-2] + (x.shape[-1], x.shape[-1]))
+
+
+def well_separated(*shape, dtype=torch.float32):
+    """Matrices with singular values 1..n spread out (unique singular vectors, distinct eigenvalues)."""
+    a = torch.randn(*shape, dtype=torch.float64)
+    u, _, vh = torch.linalg.svd(a, full_matrices=False)
+    k = min(shape[-2:])
+    s = torch.linspace(1, 2 * k, k, dtype=torch.float64)
+    return (u @ torch.diag_embed(s.expand(u.shape[:-2] + (k,))) @ vh).to(dtype)
+
+
+# ------------------------------------------------------------------------------------------------ QR
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 3, 4, 4), (1, 1)])
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+def test_qr_matches_cpu(shape, mode):
+    # Householder with LAPACK's sign convention: Q and R themselves equal the CPU's
+    q, r = check(lambda a: torch.linalg.qr(a, mode=mode), well_separated(*shape))
+    if mode != "r":
+        a = well_separated(*shape)
+        q, r = (t.cpu() for t in torch.linalg.qr(a.to("tpu"), mode=mode))
+        torch.testing.assert_close(q @ r, a, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(q.mT @ q, eye_like(q.mT @ q), atol=1e-6, rtol=0)
+
+
+def test_qr_float64_and_rank_deficient():
+    check(torch.linalg.qr, well_separated(6, 4, dtype=torch.float64))
+    a = torch.randn(6, 2) @ torch.randn(2, 4)
+    q, r = (t.cpu() for t in torch.linalg.qr(a.to("tpu")))
+    torch.testing.assert_close(q @ r, a, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(q.mT @ q, torch.eye(4), atol=1e-6, rtol=0)
+    # an exactly zero column below the diagonal: H = I there, as LAPACK (tau = 0)
+    z = torch.tensor([[2.0, 1.0, 0.0], [0.0, 0.0, 3.0], [0.0, 0.0, 4.0]])
+    check(torch.geqrf, z)
+    check(torch.linalg.qr, z)
+
+
+def test_geqrf_householder_product_ormqr():
+    a = well_separated(2, 5, 3)
+    check(torch.geqrf, a)
+    h, tau = torch.geqrf(a)
+    check(torch.linalg.householder_product, h, tau)
+    check(torch.linalg.householder_product, h, tau[..., :2])  # fewer reflectors than columns
+    c = torch.randn(2, 5, 4)
+    for left in (True, False):
+        for transpose in (False, True):
+            other = c if left else c.mT
+            check(lambda h, t, o: torch.ormqr(h, t, o, left=left, transpose=transpose), h, tau, other)
+
+
+def test_qr_empty():
+    for shape, mode in [((3, 0), "complete"), ((0, 3), "reduced"), ((0, 4, 4), "reduced"), ((3, 0), "r")]:
+        check(lambda a: torch.linalg.qr(a, mode=mode), torch.randn(shape))
+
+
+# ------------------------------------------------------------------------------------------ eigh
+
+
+def sym(*shape, dtype=torch.float32):
+    a = torch.randn(*shape, dtype=dtype)
+    return a + a.mT
+
+
+def check_eigh(a, uplo="L", exact=False):
+    """exact: the eigenvalues compared with the CPU's float64 ones (at 64x64 the CPU's float32 eigenvalues
+    are further from those than the float32 tolerance; ours are within it)."""
+    w, v = (t.cpu() for t in torch.linalg.eigh(a.to("tpu"), UPLO=uplo))
+    wc, vc = torch.linalg.eigh(a, UPLO=uplo)
+    ref = torch.linalg.eigvalsh(a.double(), UPLO=uplo).to(a.dtype) if exact else wc
+    torch.testing.assert_close(w, ref)  # ascending, as LAPACK
+    s = a.tril() + a.tril(-1).mT if uplo == "L" else a.triu() + a.triu(1).mT
+    # reconstruction: close to the CPU's own factors' (at 64x64 the vectors, after hundreds of rotations
+    # each, reconstruct up to ~3x less exactly than LAPACK's; the eigenvalues are closer to the exact ones)
+    err = (v @ torch.diag_embed(w) @ v.mT - s).abs().max()
+    err_cpu = (vc @ torch.diag_embed(wc) @ vc.mT - s).abs().max()
+    assert err <= 4 * err_cpu + 4 * torch.finfo(a.dtype).eps * s.abs().max().clamp(min=1e-30), (err, err_cpu)
+    torch.testing.assert_close(v.mT @ v, eye_like(v), atol=1e-6, rtol=0)
+    return v, vc
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (7, 7), (2, 2, 4, 4)])
+def test_eigh_matches_cpu(shape):
+    v, vc = check_eigh(sym(*shape))
+    torch.testing.assert_close(v.abs(), vc.abs())  # distinct eigenvalues: vectors unique up to sign
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh_reads_one_triangle(uplo):
+    check_eigh(torch.randn(5, 5), uplo)  # not symmetric: only the UPLO triangle counts
+    check(lambda a: torch.linalg.eigvalsh(a, UPLO=uplo), torch.randn(2, 5, 5))
+
+
+def test_eigh_degenerate():
+    q, _ = torch.linalg.qr(torch.randn(6, 6, dtype=torch.float64))
+    repeated = (q @ torch.diag(torch.tensor([1.0, 1.0, 1.0, 3.0, 3.0, -2.0], dtype=torch.float64)) @ q.T).float()
+    check_eigh(repeated)
+    check_eigh(torch.zeros(4, 4))
+    check_eigh(torch.diag(torch.tensor([3.0, -1.0, 2.0])))
+    low_rank = torch.randn(5, 2) @ torch.randn(2, 5)
+    check_eigh(low_rank + low_rank.T)
+    check_eigh(sym(5, 5) * 1e-30)  # scaled: no underflow in the rotations
+    check_eigh(sym(5, 5, dtype=torch.float64))
+
+
+def test_eigh_64():
+    check_eigh(sym(64, 64), exact=True)
+
+
+def test_too_large_falls_back_with_a_clear_error(fallback_policy):
+    with pytest.raises(NotImplementedError, match=r"_linalg_eigh.*65x65"):
+        torch.linalg.eigh(sym(65, 65).to("tpu"))
+    fallback_policy("silent")
+    a = sym(65, 65)
+    w = torch.linalg.eigvalsh(a.to("tpu"))
+    assert_same(w, torch.linalg.eigvalsh(a))
+    s = torch.linalg.svdvals(torch.randn(70, 3).to("tpu"))
+    assert s.device.type == "tpu"
+
+
+# ------------------------------------------------------------------------------------------- SVD
+
+
+def check_svd(a, full_matrices=False, exact=False, **tol):
+    u, s, vh = (t.cpu() for t in torch.linalg.svd(a.to("tpu"), full_matrices=full_matrices))
+    uc, sc, vhc = torch.linalg.svd(a, full_matrices=full_matrices)
+    assert u.shape == uc.shape and vh.shape == vhc.shape
+    ref = torch.linalg.svdvals(a.double()).to(a.dtype) if exact else sc  # as check_eigh
+    torch.testing.assert_close(s, ref, **tol)  # descending
+    k = s.shape[-1]
+    torch.testing.assert_close(u[..., :k] @ torch.diag_embed(s) @ vh[..., :k, :], a, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(u.mT @ u, eye_like(u), atol=1e-6, rtol=0)
+    torch.testing.assert_close(vh @ vh.mT, eye_like(vh @ vh.mT), atol=1e-6, rtol=0)
+    return u, s, vh, uc, vhc
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (1, 1), (6, 1), (2, 5, 4), (2, 3, 3, 5)])
+@pytest.mark.parametrize("full", [False, True])
+def test_svd_matches_cpu(shape, full):
+    u, s, vh, uc, vhc = check_svd(well_separated(*shape), full)
+    k = s.shape[-1]
+    torch.testing.assert_close(u[..., :k].abs(), uc[..., :k].abs())
+    torch.testing.assert_close(vh[..., :k, :].abs(), vhc[..., :k, :].abs())
+    check(torch.linalg.svdvals, well_separated(*shape))
+
+
+def test_svd_rank_deficient_and_degenerate():
+    a = torch.randn(6, 2) @ torch.randn(2, 5)
+    check_svd(a, True, atol=2e-6, rtol=1.3e-6)  # the zero singular values are rounding noise on both sides
+    check_svd(torch.zeros(4, 3), True)  # U and Vh: identities, as LAPACK's
+    z = torch.zeros(4, 4)
+    z[0, 1] = 2.0
+    check_svd(z, True)
+    check_svd(torch.eye(5))  # all singular values equal
+    check_svd(well_separated(4, 6, dtype=torch.float64), True)
+    check(torch.linalg.matrix_rank, torch.randn(3, 6, 2) @ torch.randn(3, 2, 5))
+    check(torch.linalg.matrix_rank, torch.randn(6, 6))
+    check(lambda a: torch.linalg.pinv(a), torch.randn(2, 5, 3) @ torch.randn(2, 3, 4), atol=1e-5, rtol=1e-5)
+
+
+def test_svd_64():
+    check_svd(torch.randn(64, 40), True, exact=True)
+    check_svd(torch.randn(64, 64), exact=True)
+
+
+def test_svd_empty():
+    for shape, full in [((3, 0), True), ((0, 3), True), ((3, 0), False), ((0, 2, 2), False)]:
+        check(lambda a: torch.linalg.svd(a, full_matrices=full), torch.randn(shape))
+
+
+def test_ops_built_on_svd_and_eigh():
+    a = well_separated(2, 5, 4)
+    check(lambda a: torch.linalg.matrix_norm(a, ord=2), a)
+    check(lambda a: torch.linalg.matrix_norm(a, ord=-2), a)
+    check(lambda a: torch.linalg.matrix_norm(a, ord="nuc"), a)
+    check(torch.linalg.cond, well_separated(2, 4, 4))
+    check(torch.linalg.pinv, a)
+    h = sym(3, 4, 4)
+    check(lambda h: torch.linalg.pinv(h, hermitian=True), h, atol=1e-5, rtol=1e-5)
+    check(lambda h: torch.linalg.matrix_rank(h, hermitian=True), h)
+
+
+# ------------------------------------------------------------------------------------- gradients
+
+
+def grads(fn, a):
+    """Gradients of fn(a) (a tensor or tuple of tensors) with fixed cotangents, on CPU and on tpu."""
+    out = []
+    for dev in ("cpu", "tpu"):
+        x = a.detach().to(dev).requires_grad_()
+        ys = fn(x)
+        ys = ys if isinstance(ys, tuple) else (ys,)
+        g = torch.Generator().manual_seed(1)
+        cot = [torch.randn(y.shape, generator=g).to(dev) for y in ys]
+        out.append(torch.autograd.grad(ys, x, cot)[0])
+    assert out[1].device.type == "tpu"
+    torch.testing.assert_close(out[1].cpu(), out[0], atol=1e-4, rtol=1e-4)
+
+
+def test_gradients():
+    grads(lambda a: torch.linalg.qr(a), well_separated(2, 5, 3))
+    grads(lambda a: torch.linalg.qr(a), well_separated(3, 3))
+    # eigenvectors and singular vectors through sign-invariant functions, as PyTorch's OpInfo tests do
+    grads(lambda a: (torch.linalg.eigh(a)[0], torch.linalg.eigh(a)[1].abs()), sym(5, 5))
+    grads(lambda a: torch.linalg.eigvalsh(a), sym(2, 4, 4))
+    grads(lambda a: torch.linalg.svdvals(a), well_separated(2, 5, 3))
+
+    def u_vh(a):
+        u, s, vh = torch.linalg.svd(a, full_matrices=False)
+        return u @ vh, s
+
+    grads(u_vh, well_separated(4, 6))
+    grads(lambda a: torch.linalg.matrix_norm(a, ord="nuc"), well_separated(5, 4))
+    grads(torch.linalg.pinv, well_separated(5, 4))
