@@ -7,7 +7,8 @@
 // supported by XLA:CPU ThunkEmitter"), so the lowering is a static-shape loop on the device: for each
 // group, for each tile of T rows of it, one dot with that group's weights, masked to the group's rows
 // and written into place. No host sync, no data-dependent shapes, and the weights of empty groups are
-// never read: the work follows the routing, as a ragged dot does.
+// never read: the work follows the routing, as a ragged dot does. Half-precision weights visit the
+// groups through slots unrolled in the program instead of a loop (see ragged_rows).
 #include "lowering/helpers.h"
 
 namespace lowering {
@@ -20,6 +21,7 @@ constexpr ElementType kIdx = ElementType::kS32;
 
 Value idx(Builder& b, int64_t v) { return b.scalar_i(v, kIdx); }
 Value at(Builder& b, Value vec, Value i) { return b.reshape(b.dynamic_slice(vec, {i}, {1}), {}); }
+bool is_half(ElementType t) { return t == ElementType::kBF16 || t == ElementType::kF16; }
 Value min(Builder& b, Value x, Value y) { return b.binary("minimum", x, y); }
 Value max(Builder& b, Value x, Value y) { return b.binary("maximum", x, y); }
 
@@ -51,14 +53,37 @@ Value nonempty_first(Builder& b, Value starts, Value ends) {
                   b.binary("subtract", key, b.constant_i(groups, key.type)));
 }
 
-// Loops over the non-empty groups g and tiles of T rows within each: `tile(b, g, s, keep, acc, extra)`
-// returns the new accumulator for the tile starting at row s (clamped so the tile fits; `keep` (pred[T])
-// marks the rows of the tile that belong to group g and were not done by an earlier tile). Empty groups
-// cost nothing: XLA hoists what depends on g alone (the group's weights) out of the tile loop, so it
-// runs once per non-empty group.
+// The tiles of T rows over [lo, hi) (rows of group g): `tile(b, g, s, keep, acc, extra)` returns the new
+// accumulator for the tile starting at row s (clamped so the tile fits; `keep` (pred[T]) marks the rows
+// of the tile in [lo, hi) not done by an earlier tile). -> {the final accumulator, the final row counter}.
 template <class Tile>
-Value for_each_tile(Builder& b, Value offs, int64_t rows, int64_t t, Value acc, const V& extra, Tile tile) {
-  auto [starts, ends] = group_bounds(b, offs, rows);
+V over_tiles(Builder& b, Value lo, Value hi, Value g, int64_t rows, int64_t t, Value acc, const V& extra,
+             Tile tile) {
+  V inner{lo, hi, g, acc};
+  inner.insert(inner.end(), extra.begin(), extra.end());
+  V r = b.while_loop(
+      inner, [&](Builder& b2, const V& q) { return V{b2.compare(Cmp::LT, q[0], q[1])}; },
+      [&](Builder& b2, const V& q) {
+        Value r0 = q[0], end = q[1];
+        Value start = min(b2, r0, idx(b2, rows - t));
+        Value row = b2.binary("add", b2.broadcast_in_dim(start, {t}, {}), b2.iota(Type{kIdx, {t}}, 0));
+        Value keep = b2.binary("and", b2.compare(Cmp::GE, row, b2.broadcast_in_dim(r0, {t}, {})),
+                               b2.compare(Cmp::LT, row, b2.broadcast_in_dim(end, {t}, {})));
+        V x(q.begin() + 4, q.end());
+        Value next = tile(b2, q[2], start, keep, q[3], x);
+        V out{b2.binary("add", r0, idx(b2, t)), end, q[2], next};
+        out.insert(out.end(), x.begin(), x.end());
+        return out;
+      });
+  return {r[3], r[0]};
+}
+
+// Loops over the groups with rows in [starts, ends) and their tiles (over_tiles). Empty groups cost
+// nothing: XLA hoists what depends on g alone (the group's weights) out of the tile loop, so it runs
+// once per non-empty group.
+template <class Tile>
+Value for_each_tile(Builder& b, Value starts, Value ends, int64_t rows, int64_t t, Value acc, const V& extra,
+                    Tile tile) {
   Value order = nonempty_first(b, starts, ends);
   Value count = reduce_sum(b, b.convert(b.compare(Cmp::LT, starts, ends), kIdx), {0});
   V state{idx(b, 0), count, order, starts, ends, acc};
@@ -68,36 +93,26 @@ Value for_each_tile(Builder& b, Value offs, int64_t rows, int64_t t, Value acc, 
       state, [&](Builder& bb, const V& s) { return V{bb.compare(Cmp::LT, s[0], s[1])}; },
       [&](Builder& bb, const V& s) {
         Value g = at(bb, s[2], s[0]);
-        V inner{at(bb, s[3], g), at(bb, s[4], g), g, s[5]};
-        inner.insert(inner.end(), s.begin() + kExtra, s.end());
-        inner.push_back(s[0]);  // the slot: the how-manieth non-empty group this is
-        V r = bb.while_loop(
-            inner, [&](Builder& b2, const V& q) { return V{b2.compare(Cmp::LT, q[0], q[1])}; },
-            [&](Builder& b2, const V& q) {
-              Value r0 = q[0], hi = q[1];
-              Value start = min(b2, r0, idx(b2, rows - t));
-              Value row = b2.binary("add", b2.broadcast_in_dim(start, {t}, {}), b2.iota(Type{kIdx, {t}}, 0));
-              Value keep = b2.binary("and", b2.compare(Cmp::GE, row, b2.broadcast_in_dim(r0, {t}, {})),
-                                     b2.compare(Cmp::LT, row, b2.broadcast_in_dim(hi, {t}, {})));
-              V x(q.begin() + 4, q.end() - 1);
-              Value next = tile(b2, q[2], q.back(), start, keep, q[3], x);
-              V out{b2.binary("add", r0, idx(b2, t)), hi, q[2], next};
-              out.insert(out.end(), x.begin(), x.end());
-              out.push_back(q.back());
-              return out;
-            });
-        V out{bb.binary("add", s[0], idx(bb, 1)), s[1], s[2], s[3], s[4], r[3]};
-        out.insert(out.end(), s.begin() + kExtra, s.end());
+        V x(s.begin() + kExtra, s.end());
+        Value next = over_tiles(bb, at(bb, s[3], g), at(bb, s[4], g), g, rows, t, s[5], x, tile)[0];
+        V out{bb.binary("add", s[0], idx(bb, 1)), s[1], s[2], s[3], s[4], next};
+        out.insert(out.end(), x.begin(), x.end());
         return out;
       });
   return done[5];
 }
 
-// The weights of group g as [K, N], from w [G, K, N], or from its storage order [G, N, K] (nt).
-Value group_weights(Builder& b, Value w, Value g) {
+template <class Tile>
+Value for_each_tile(Builder& b, Value offs, int64_t rows, int64_t t, Value acc, const V& extra, Tile tile) {
+  auto [starts, ends] = group_bounds(b, offs, rows);
+  return for_each_tile(b, starts, ends, rows, t, acc, extra, tile);
+}
+
+// The weights of group g as [K, N] (or [N, K] in nt form) from w [G, ...], in `acc`.
+Value group_weights(Builder& b, Value w, Value g, ElementType acc) {
   Value z = idx(b, 0);
   const Dims& d = w.dims();
-  return b.reshape(b.dynamic_slice(w, {g, z, z}, {1, d[1], d[2]}), {d[1], d[2]});
+  return b.convert(b.reshape(b.dynamic_slice(w, {g, z, z}, {1, d[1], d[2]}), {d[1], d[2]}), acc);
 }
 
 // x[M,K] with rows in groups times w[G,K,N] -> [M,N] in `acc`: row m of group g is x[m] @ w[g]. With
@@ -105,28 +120,24 @@ Value group_weights(Builder& b, Value w, Value g) {
 // the product is formed as w[g] . x^T into a transposed result, transposed once at the end: XLA:CPU runs
 // [T,K] . [N,K]^T with a few rows up to 15x slower than [N,K] . [T,K]^T or [T,K] . [K,N] (and it folds a
 // transpose of a dot back into that slow form, hence the transposed accumulator).
+//
+// Half-precision weights (bfloat16, float16) are never carried by a loop: XLA:CPU computes every
+// bfloat16 op but a convert in float32, a loop-carried value included, so a loop over the whole [G, ...]
+// weight tensor would first widen all of it (every expert read, and twice its size written to fresh
+// memory, on every call: 30x the read the step needs). Instead the groups are visited through min(M, G)
+// slots unrolled in the program: slot i widens the weights of the i-th non-empty group, a slice that
+// XLA reads straight from the bfloat16 parameter into one float32 [K, N] buffer (reused by the next
+// slot: each slot's slice waits for the previous slot's tiles), then runs that group's tiles. Slots past
+// the last non-empty group have no rows; they re-read that group's weights, still in cache.
 Value ragged_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType acc) {
-  const int64_t m = x.dims()[0], k = x.dims()[1], n = nt ? w.dims()[1] : w.dims()[2];
+  const int64_t m = x.dims()[0], k = x.dims()[1], n = nt ? w.dims()[1] : w.dims()[2], groups = w.dims()[0];
   Value out = b.constant(0, Type{acc, nt ? Dims{n, m} : Dims{m, n}});
-  if (m == 0 || w.dims()[0] == 0 || k == 0 || n == 0) return nt ? b.transpose(out, {1, 0}) : out;
-  const int64_t t = tile_rows(m, w.dims()[0]);
-  // Half-precision weights: the experts that can be routed to (at most one per row) are gathered first,
-  // in the loop's order. XLA:CPU widens half-precision loop state to float32 before the loop, which on
-  // the whole weight tensor would read (and write) every expert.
-  const bool half = w.elem() == ElementType::kBF16 || w.elem() == ElementType::kF16;
-  const int64_t slots = std::min(m, w.dims()[0]);
-  if (half) {
-    auto [starts, ends] = group_bounds(b, offs, m);
-    Value order = nonempty_first(b, starts, ends);
-    Value ids = b.reshape(b.slice(order, {0}, {slots}, {1}), {slots, 1});
-    ids = b.clamp(b.constant_i(0, ids.type), ids, b.constant_i(w.dims()[0] - 1, ids.type));
-    const Dims& d = w.dims();
-    w = b.gather(w, ids, hlo::GatherDims{{1, 2}, {0}, {0}, 1}, {1, d[1], d[2]}, {slots, d[1], d[2]});
-  }
-  out = for_each_tile(b, offs, m, t, out, {x, w}, [&](Builder& bb, Value g, Value slot, Value s, Value keep, Value o, const V& xw) {
+  if (m == 0 || groups == 0 || k == 0 || n == 0) return nt ? b.transpose(out, {1, 0}) : out;
+  const int64_t t = tile_rows(m, groups);
+  // one tile: rows [s, s + T) (those marked `keep`) times the group's weights `wg` into `o`
+  auto tile = [&](Builder& bb, Value s, Value keep, Value o, Value xs, Value wg) {
     Value z = idx(bb, 0);
-    Value xt = bb.convert(bb.dynamic_slice(xw[0], {s, z}, {t, k}), acc);
-    Value wg = bb.convert(group_weights(bb, xw[1], half ? slot : g), acc);
+    Value xt = bb.convert(bb.dynamic_slice(xs, {s, z}, {t, k}), acc);
     if (nt) {
       Value y = bb.dot_general(wg, xt, {}, {}, {1}, {1}, acc);  // [N, T]
       Value old = bb.dynamic_slice(o, {z, s}, {n, t});
@@ -135,7 +146,32 @@ Value ragged_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType
     Value y = bb.dot_general(xt, wg, {}, {}, {1}, {0}, acc);  // [T, N]
     Value old = bb.dynamic_slice(o, {s, z}, {t, n});
     return bb.dynamic_update_slice(o, bb.select(bb.broadcast_in_dim(keep, {t, n}, {0}), y, old), {s, z});
-  });
+  };
+  auto [starts, ends] = group_bounds(b, offs, m);
+  if (!is_half(w.elem())) {
+    auto group_tile = [&](Builder& bb, Value g, Value s, Value keep, Value o, const V& xw) {
+      return tile(bb, s, keep, o, xw[0], group_weights(bb, xw[1], g, acc));
+    };
+    out = for_each_tile(b, starts, ends, m, t, out, {x, w}, group_tile);
+    return nt ? b.transpose(out, {1, 0}) : out;
+  }
+  Value order = nonempty_first(b, starts, ends);
+  Value count = reduce_sum(b, b.convert(b.compare(Cmp::LT, starts, ends), kIdx), {0});
+  Value last = max(b, b.binary("subtract", count, idx(b, 1)), idx(b, 0));
+  Value after = idx(b, 0);  // the previous slot's final row counter (never negative): orders the slots
+  for (int64_t i = 0, slots = std::min(m, groups); i < slots; ++i) {
+    Value slot = min(b, idx(b, i), last);
+    slot = b.select(b.compare(Cmp::LT, after, idx(b, 0)), after, slot);
+    Value g = at(b, order, slot);
+    Value lo = at(b, starts, g);
+    Value hi = b.select(b.compare(Cmp::LT, idx(b, i), count), at(b, ends, g), lo);
+    auto slot_tile = [&](Builder& bb, Value, Value s, Value keep, Value o, const V& xw) {
+      return tile(bb, s, keep, o, xw[0], xw[1]);
+    };
+    V r = over_tiles(b, lo, hi, g, m, t, out, {x, group_weights(b, w, g, acc)}, slot_tile);
+    out = r[0];
+    after = r[1];
+  }
   return nt ? b.transpose(out, {1, 0}) : out;
 }
 
@@ -146,7 +182,7 @@ Value ragged_contraction(Builder& b, Value a, Value y, Value offs, ElementType a
   Value out = b.constant(0, Type{acc, {groups, p, n}});
   if (k == 0 || groups == 0 || p == 0 || n == 0) return out;
   const int64_t t = tile_rows(k, groups);
-  return for_each_tile(b, offs, k, t, out, {a, y}, [&](Builder& bb, Value g, Value, Value s, Value keep, Value o, const V& ay) {
+  return for_each_tile(b, offs, k, t, out, {a, y}, [&](Builder& bb, Value g, Value s, Value keep, Value o, const V& ay) {
     Value z = idx(bb, 0);
     Value at_ = bb.dynamic_slice(ay[0], {z, s}, {p, t});
     Value yt = bb.dynamic_slice(ay[1], {s, z}, {t, n});

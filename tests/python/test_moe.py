@@ -136,6 +136,43 @@ def test_ragged_dot_bfloat16():
     assert (got.float().cpu() - want).abs().max() < 0.5
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("nt", [False, True], ids=["kn", "nk_view"])
+@pytest.mark.parametrize(
+    "rows,sizes",
+    [
+        (20, [0, 9, 0, 2, 0, 5]),  # a group of two tiles, empty groups, 4 rows past the groups, 3 idle slots
+        (3, [0, 0, 1, 0, 0, 2, 0, 0]),  # fewer rows than groups: 3 slots for 8 groups
+        (6, [0, 0, 0, 0]),  # no rows in any group
+    ],
+    ids=["tiles", "few_rows", "empty"],
+)
+def test_ragged_dot_half_precision_slots(dtype, nt, rows, sizes):
+    # half-precision weights take the unrolled slot path (float32 weights a device loop): forward and
+    # both gradients against the CPU reference loop on the same rounded inputs, computed in float32
+    # and rounded once, as the device does
+    gs = torch.tensor(sizes, dtype=torch.int32)
+    x = torch.randn(rows, 32).to(dtype)
+    groups = len(sizes)
+    w = torch.randn(groups, 16, 32).to(dtype).transpose(1, 2) if nt else torch.randn(groups, 32, 16).to(dtype)
+    dy = torch.randn(rows, 16).to(dtype)
+    xr, wr = x.float().requires_grad_(), w.float().requires_grad_()
+    want = ref_ragged_dot(xr, wr, gs)
+    want.backward(dy.float())
+    wd = (w.transpose(1, 2).contiguous().to("tpu").transpose(1, 2) if nt else w.to("tpu")).requires_grad_()
+    xd = x.to("tpu").requires_grad_()
+    got = torch.ops.torch_pjrt.ragged_dot(xd, wd, gs.to("tpu"))
+    got.backward(dy.to("tpu"))
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.cpu(), want.detach().to(dtype))
+    torch.testing.assert_close(xd.grad.cpu(), xr.grad.to(dtype))
+    torch.testing.assert_close(wd.grad.cpu(), wr.grad.to(dtype))
+    if dtype == torch.bfloat16:  # torch's own CPU kernel, where it has one (bfloat16 only)
+        offs, used = gs.cumsum(0, dtype=torch.int32), int(gs.sum())
+        mine = torch._grouped_mm(x.to("tpu"), wd.detach(), offs=offs.to("tpu")).cpu()
+        torch.testing.assert_close(mine[:used], torch._grouped_mm(x, w, offs=offs)[:used])
+
+
 def test_ragged_dot_bad_input():
     with pytest.raises(RuntimeError, match="ragged_dot"):
         torch.ops.torch_pjrt.ragged_dot(torch.randn(4, 8), torch.randn(2, 6, 4), torch.tensor([2, 2], dtype=torch.int32))
