@@ -54,18 +54,11 @@ std::tuple<Value, Value, Value> batch_stats(Ctx& c, Value x, double eps) {
   return {mean, var, invstd};
 }
 
-// _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training, momentum, eps)
-//   -> (out, save_mean, save_invstd, running_mean_out, running_var_out)
-V train_with_stats(Ctx& c) {
+// Training with running statistics: (out, save_mean, save_invstd, running_mean_out, running_var_out).
+V train_and_update(Ctx& c, double momentum, double eps) {
   Builder& b = c.b;
   Value x = b.convert(c.t(0), acc(c));
-  const bool training = c.i(5);
-  const double momentum = c.d(6), eps = c.d(7);
   Value rm = b.convert(c.t(3), acc(c)), rv = b.convert(c.t(4), acc(c));
-  if (!training) {
-    Value invstd = b.unary("rsqrt", b.binary("add", rv, b.constant(eps, rv.type)));
-    return V{normalize(c, x, rm, invstd, 1, 2), b.constant(0, c.out(1)), b.constant(0, c.out(2)), rm, rv};
-  }
   auto [mean, var, invstd] = batch_stats(c, x, eps);
   Shape s = shape_of(x);
   double unbias = s.count > 1 ? static_cast<double>(s.count) / (s.count - 1) : 1.0;
@@ -74,6 +67,28 @@ V train_with_stats(Ctx& c) {
   Value new_rv = b.binary("add", b.binary("multiply", keep, rv),
                           b.binary("multiply", m, b.binary("multiply", var, b.constant(unbias, var.type))));
   return V{normalize(c, x, mean, invstd, 1, 2), mean, invstd, new_rm, new_rv};
+}
+
+// _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training, momentum, eps)
+//   -> (out, save_mean, save_invstd, running_mean_out, running_var_out)
+V train_with_stats(Ctx& c) {
+  Builder& b = c.b;
+  const bool training = c.i(5);
+  const double momentum = c.d(6), eps = c.d(7);
+  if (!training) {
+    Value x = b.convert(c.t(0), acc(c));
+    Value rm = b.convert(c.t(3), acc(c)), rv = b.convert(c.t(4), acc(c));
+    Value invstd = b.unary("rsqrt", b.binary("add", rv, b.constant(eps, rv.type)));
+    return V{normalize(c, x, rm, invstd, 1, 2), b.constant(0, c.out(1)), b.constant(0, c.out(2)), rm, rv};
+  }
+  return train_and_update(c, momentum, eps);
+}
+
+// _batch_norm_with_update_functional(input, weight, bias, running_mean, running_var, momentum, eps)
+//   -> (out, save_mean, save_invstd, reserve (empty), running_mean_out, running_var_out)
+V train_with_update(Ctx& c) {
+  V r = train_and_update(c, c.d(5), c.d(6));
+  return V{r[0], r[1], r[2], c.b.constant(0, c.out(3)), r[3], r[4]};
 }
 
 // _native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
@@ -131,6 +146,7 @@ V backward(Ctx& c) {
 
 const Rows rows = {
     {{"_native_batch_norm_legit_functional", "_native_batch_norm_legit"}, train_with_stats},
+    {{"_batch_norm_with_update_functional", "_batch_norm_with_update"}, train_with_update},
     {{"_native_batch_norm_legit.no_stats"}, train_without_stats},
     {{"_native_batch_norm_legit_no_training"}, inference},
     {{"native_batch_norm_backward"}, backward},

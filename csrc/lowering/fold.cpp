@@ -1,5 +1,5 @@
 // im2col / col2im, the kernels of nn.Unfold and nn.Fold: sliding blocks of a padded image as columns, and
-// the columns added back into the image.
+// the columns added back into the image; unfold_backward, the same adding back for Tensor.unfold.
 #include <utility>
 
 #include "lowering/helpers.h"
@@ -82,9 +82,46 @@ Value col2im(Ctx& c) {
   return b.reshape(r, c.out_dims());
 }
 
+// unfold_backward(grad_in, input_sizes, dim, size, step): the gradient of x.unfold(dim, size, step), whose
+// grad_in has the windows along `dim` and each window's elements in a new last dim: element e of window w
+// is added into position w * step + e along `dim`, by one scatter with the other dims as its window.
+Value unfold_backward(Ctx& c) {
+  Builder& b = c.b;
+  Value g = c.t(0);
+  const Dims& in = c.out_dims();
+  const int64_t r = static_cast<int64_t>(in.size());
+  const ElementType t = accumulation_type(c.out_type());
+  g = b.convert(g, t);
+  if (r == 0) return b.reshape(g, {});
+  const int64_t dim = wrap_dim(c.i(2), r), size = c.i(3), step = c.i(4);
+  const int64_t nw = g.dims()[dim];
+  if (numel(in) == 0 || nw == 0 || size == 0) return b.constant(0, Type{t, in});
+  Dims perm{dim, r}, rest;
+  for (int64_t i = 0; i < r; ++i)
+    if (i != dim) {
+      perm.push_back(i);
+      rest.push_back(g.dims()[i]);
+    }
+  Dims flat{nw * size};
+  flat.insert(flat.end(), rest.begin(), rest.end());
+  Value upd = b.reshape(b.transpose(g, perm), flat);
+  Type it{ElementType::kS64, {nw, size}};
+  Value pos = add(b, mul(b, b.iota(it, 0), b.constant_i(step, it)), b.iota(it, 1));
+  Dims acc_dims{in[dim]};
+  acc_dims.insert(acc_dims.end(), rest.begin(), rest.end());
+  hlo::ScatterDims sd{iota_dims(1, r), {0}, {0}, 1};
+  Value acc = b.scatter(b.constant(0, Type{t, acc_dims}), b.reshape(pos, {nw * size, 1}), upd, sd,
+                        [](Builder& bb, const std::vector<Value>& a) { return std::vector<Value>{add(bb, a[0], a[1])}; });
+  // acc is [in[dim], other dims in order]: move dim back into place
+  Dims back(r);
+  for (int64_t i = 0, k = 1; i < r; ++i) back[i] = i == dim ? 0 : k++;
+  return b.transpose(acc, back);
+}
+
 const Rows rows = {
     {{"im2col", "im2col.out"}, [](Ctx& c) { return one(im2col(c)); }},
     {{"col2im", "col2im.out"}, [](Ctx& c) { return one(col2im(c)); }},
+    {{"unfold_backward", "unfold_backward.out"}, [](Ctx& c) { return one(unfold_backward(c)); }},
 };
 
 }  // namespace

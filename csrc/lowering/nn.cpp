@@ -1,5 +1,5 @@
 // Neural-network rows: normalization (layer, group), losses (nll, mse, bce, smooth l1, huber), embedding,
-// convolution (1-d to 3-d, grouped, transposed) and 2-d pooling (max with indices, average, adaptive
+// embedding_bag, convolution (1-d to 3-d, grouped, transposed) and 2-d pooling (max with indices, average, adaptive
 // average), each with its backward. Half-precision inputs compute in float32, as torch's CPU kernels do;
 // the aten layer converts results to the types shape inference promised.
 #include <algorithm>
@@ -355,6 +355,38 @@ Value scatter_add_rows(Builder& b, Value zeros, Value idx, Value updates) {
   });
 }
 
+// embedding_renorm(weight, indices, max_norm, norm_type): every row that indices name and whose p-norm
+// exceeds max_norm is scaled by max_norm / (norm + 1e-7). The norm is computed in double and rounded to
+// the weight's type, the scale in double from it and rounded, as torch's CPU kernel uses them.
+V embedding_renorm(Ctx& c) {
+  Builder& b = c.b;
+  Value w = c.t(0);
+  if (w.rank() != 2 || !pjrt::is_float(w.elem())) throw hlo::Error("embedding_renorm: expects a 2-d floating-point weight");
+  const int64_t n = w.dims()[0], d = w.dims()[1], k = c.t(1).type.numel();
+  const double max_norm = c.d(2), p = c.d(3);
+  if (!(p > 0)) throw hlo::Error("embedding_renorm: norm_type must be positive");
+  const ElementType f64 = ElementType::kF64;
+  if (n == 0 || d == 0 || k == 0) return one(w);
+  Value a = b.unary("abs", b.convert(w, f64));
+  Value norm;
+  if (std::isinf(p)) {
+    norm = reduce(b, a, {1}, "maximum", b.scalar(0, f64));
+  } else if (p == 2) {
+    norm = b.unary("sqrt", reduce_sum(b, mul(b, a, a), {1}));
+  } else {
+    Value s = reduce_sum(b, b.binary("power", a, b.constant(p, a.type)), {1});
+    norm = b.binary("power", s, b.constant(1 / p, s.type));
+  }
+  norm = b.convert(b.convert(norm, w.elem()), f64);
+  Value idx = b.reshape(b.convert(c.t(1), ElementType::kS64), {k, 1});
+  Value named = scatter_add_rows(b, b.constant(0, Type{f64, {n}}), idx, b.constant(1, Type{f64, {k}}));
+  Value over = andv(b, b.compare(Cmp::GT, named, b.constant(0, named.type)), b.compare(Cmp::GT, norm, b.constant(max_norm, norm.type)));
+  Value scale = div(b, b.constant(max_norm, norm.type), add(b, norm, b.constant(1e-7, norm.type)));
+  scale = b.convert(b.select(over, scale, b.constant(1, scale.type)), compute_type(w.elem()));
+  Value r = mul(b, b.convert(w, scale.elem()), bcast(b, scale, {n, d}, {0}));
+  return one(b.select(bcast(b, over, {n, d}, {0}), r, b.convert(w, r.elem())));
+}
+
 // embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
 V embedding_backward(Ctx& c) {
   Builder& b = c.b;
@@ -374,6 +406,73 @@ V embedding_backward(Ctx& c) {
     res = div(b, res, bcast(b, counts, res.dims(), {0}));
   }
   return one(res);
+}
+
+// _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+//                include_last_offset, padding_idx) -> (output, offset2bag, bag_size, max_indices)
+// Bag b holds the positions offsets[b] <= j < offsets[b + 1] (the last bag runs to the end, or ends at the
+// last offset with include_last_offset); entries equal to padding_idx (>= 0) take no part. Sum (times
+// per_sample_weights), mean over the counted entries, or max (the first maximal entry's row in
+// max_indices); empty bags give 0. Static shapes: rows are scattered into their bags.
+V embedding_bag(Ctx& c) {
+  Builder& b = c.b;
+  const ElementType s64 = ElementType::kS64;
+  Value w = c.t(0);
+  if (w.rank() != 2 || c.t(1).rank() != 1 || c.t(2).rank() != 1)
+    throw hlo::Error("_embedding_bag: expects 2-d weight and 1-d indices and offsets");
+  const int64_t n = c.t(1).dims()[0], m = c.t(2).dims()[0], d = w.dims()[1];
+  const int64_t bags = c.out_dims(0)[0], mode = c.i(4), pad = c.i(8);
+  const ElementType t = compute_type(w.elem());
+  Value idx = b.convert(c.t(1), s64), off = b.convert(c.t(2), s64);
+  // bag of position j: how many offsets are <= j, minus one
+  Value bag = b.constant_i(-1, Type{s64, {n}});
+  if (m > 0 && n > 0) {
+    Value pos = b.iota(Type{s64, {n, m}}, 0);
+    Value ge = b.convert(b.compare(Cmp::GE, pos, bcast(b, off, {n, m}, {1})), s64);
+    bag = sub(b, reduce_sum(b, ge, {1}), b.constant_i(1, Type{s64, {n}}));
+  }
+  Value valid = andv(b, b.compare(Cmp::GE, bag, b.constant_i(0, bag.type)), b.compare(Cmp::LT, bag, b.constant_i(bags, bag.type)));
+  if (pad >= 0) valid = andv(b, valid, b.compare(Cmp::NE, idx, b.constant_i(pad, idx.type)));
+  Value slot = b.reshape(b.select(valid, bag, b.constant_i(0, bag.type)), {n, 1});  // invalid ones add nothing
+  Value counts = scatter_add_rows(b, b.constant_i(0, Type{s64, {bags}}), slot, b.convert(valid, s64));
+  Value rows = b.convert(b.gather(w, b.reshape(idx, {n, 1}), hlo::GatherDims{{1}, {0}, {0}, 1}, {1, d}, {n, d}), t);
+  Value valid_nd = bcast(b, valid, {n, d}, {0});
+  V out(4);
+  if (mode == 2) {
+    Value lo = b.constant(-INFINITY, Type{t, {n, d}});
+    hlo::ScatterDims sd{{1}, {0}, {0}, 1};
+    Value mx = b.scatter(b.constant(-INFINITY, Type{t, {bags, d}}), slot, b.select(valid_nd, rows, lo), sd,
+                         [](Builder& bb, const V& a) { return V{maxv(bb, a[0], a[1])}; });
+    Value empty = bcast(b, b.compare(Cmp::EQ, counts, b.constant_i(0, counts.type)), {bags, d}, {0});
+    out[0] = b.select(empty, b.constant(0, mx.type), mx);
+    if (c.wanted(3)) {
+      // the first position whose row attains its bag's maximum, then that position's index
+      Value at = b.gather(mx, slot, hlo::GatherDims{{1}, {0}, {0}, 1}, {1, d}, {n, d});
+      Value hit = andv(b, valid_nd, orv(b, b.compare(Cmp::EQ, rows, at), andv(b, isnan(b, rows), isnan(b, at))));
+      Value pos = b.iota(Type{s64, {n, d}}, 0), none = b.constant_i(n, Type{s64, {n, d}});
+      Value first = b.scatter(b.constant_i(n, Type{s64, {bags, d}}), slot, b.select(hit, pos, none), sd,
+                              [](Builder& bb, const V& a) { return V{bb.binary("minimum", a[0], a[1])}; });
+      Value idx_ext = b.concatenate({idx, b.constant_i(0, Type{s64, {1}})}, 0);
+      Value chosen = b.gather(idx_ext, b.reshape(first, {bags, d, 1}), hlo::GatherDims{{}, {0}, {0}, 2}, {1}, {bags, d});
+      out[3] = chosen;
+    }
+  } else {
+    if (c.has(6)) rows = mul(b, rows, bcast(b, b.convert(c.t(6), t), {n, d}, {0}));
+    Value sum = scatter_add_rows(b, b.constant(0, Type{t, {bags, d}}), slot, b.select(valid_nd, rows, b.constant(0, rows.type)));
+    if (mode == 1) {
+      Value cnt = bcast(b, b.convert(counts, t), {bags, d}, {0});
+      Value empty = b.compare(Cmp::EQ, cnt, b.constant(0, cnt.type));
+      sum = b.select(empty, b.constant(0, sum.type), div(b, sum, b.select(empty, b.constant(1, cnt.type), cnt)));
+    }
+    out[0] = sum;
+    if (c.wanted(3)) out[3] = b.constant_i(0, c.out(3));
+  }
+  if (c.wanted(1)) out[1] = c.out_dims(1) == Dims{n} ? bag : b.constant_i(0, c.out(1));
+  if (c.wanted(2)) {  // one entry per offset (with include_last_offset the last is past the bags)
+    const int64_t len = c.out_dims(2)[0];
+    out[2] = len == bags ? counts : b.pad(counts, b.scalar_i(0, s64), {0}, {len - bags}, {0});
+  }
+  return out;
 }
 
 // -------------------------------------------------------------------------------------- convolution
@@ -784,6 +883,9 @@ const Rows rows = {
 
     {{"embedding", "embedding.out"}, embedding},
     {{"embedding_dense_backward", "embedding_dense_backward.out"}, embedding_backward},
+    {{"embedding_renorm", "embedding_renorm_", "embedding_renorm.out"}, embedding_renorm},
+    {{"_embedding_bag_forward_only", "_embedding_bag_forward_only.out"}, embedding_bag},
+    {{"_embedding_bag", "_embedding_bag.out"}, embedding_bag},
 
     {{"convolution", "convolution.out"}, convolution},
     {{"convolution_backward", "convolution_backward.out"}, convolution_backward},

@@ -56,6 +56,15 @@ Value divide(Ctx& c, size_t a, size_t d, size_t mode) {
   return floor_divide(c.b, x, y);
 }
 
+// remainder with Python semantics: a nonzero result takes the divisor's sign.
+Value remainder(Ctx& c) {
+  Builder& b = c.b;
+  Value a = operand(c, 0), d = operand(c, 1), zero = like(b, 0, a);
+  Value r = b.binary("remainder", a, d);
+  Value fix = andv(b, b.compare(Cmp::NE, r, zero), b.compare(Cmp::NE, b.compare(Cmp::LT, r, zero), b.compare(Cmp::LT, d, zero)));
+  return b.select(fix, add(b, r, d), r);
+}
+
 Value compare(Ctx& c, Cmp dir) {
   ElementType t = result_type(c, {0, 1});
   return c.b.compare(dir, operand(c, 0, t, c.out_dims()), operand(c, 1, t, c.out_dims()));
@@ -133,21 +142,9 @@ const Rows rows = {
     {{"floor_divide.Scalar", "floor_divide_.Scalar", "floor_divide.Scalar_out"}, [](Ctx& c) {
        return one(floor_divide(c.b, operand(c, 0), operand(c, 1)));
      }},
-    {{"remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out"}, [](Ctx& c) {
-       // Python semantics: the result takes the divisor's sign
-       Value a = operand(c, 0), d = operand(c, 1), zero = like(c.b, 0, a);
-       Value r = c.b.binary("remainder", a, d);
-       Value fix = c.b.binary("and", c.b.compare(Cmp::NE, r, zero),
-                              c.b.compare(Cmp::NE, c.b.compare(Cmp::LT, r, zero), c.b.compare(Cmp::LT, d, zero)));
-       return one(c.b.select(fix, c.b.binary("add", r, d), r));
-     }},
-    {{"remainder.Scalar", "remainder_.Scalar", "remainder.Scalar_out"}, [](Ctx& c) {
-       Value a = operand(c, 0), d = operand(c, 1), zero = like(c.b, 0, a);
-       Value r = c.b.binary("remainder", a, d);
-       Value fix = c.b.binary("and", c.b.compare(Cmp::NE, r, zero),
-                              c.b.compare(Cmp::NE, c.b.compare(Cmp::LT, r, zero), c.b.compare(Cmp::LT, d, zero)));
-       return one(c.b.select(fix, c.b.binary("add", r, d), r));
-     }},
+    {{"remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out"}, [](Ctx& c) { return one(remainder(c)); }},
+    {{"remainder.Scalar", "remainder_.Scalar", "remainder.Scalar_out"}, [](Ctx& c) { return one(remainder(c)); }},
+    {{"remainder.Scalar_Tensor", "remainder.Scalar_Tensor_out"}, [](Ctx& c) { return one(remainder(c)); }},
     {{"fmod.Tensor", "fmod_.Tensor", "fmod.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "remainder")); }},
     {{"fmod.Scalar", "fmod_.Scalar", "fmod.Scalar_out"}, [](Ctx& c) { return one(binary_op(c, "remainder")); }},
     {{"pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "power")); }},

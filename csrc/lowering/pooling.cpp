@@ -1,5 +1,6 @@
 // Pooling beyond nn.cpp's 2-d max/avg pooling: 3-d max pooling with indices, 3-d average pooling, adaptive
-// average pooling in 3-d, adaptive max pooling in 2-d and 3-d, with their backwards, and max unpooling.
+// average pooling in 3-d, adaptive max pooling in 2-d and 3-d, fractional max pooling in 2-d and 3-d, with
+// their backwards, and max unpooling.
 // Windows are visited tap by tap in torch's order; a larger value or a NaN replaces the best so far.
 #include <algorithm>
 #include <cmath>
@@ -315,6 +316,72 @@ V adaptive_max_pool_nd(Ctx& c, int S) {
   return V{best, best_idx};
 }
 
+// fractional_max_pool2d / 3d(self, kernel_size, output_size, random_samples) -> (out, indices). Plane p's
+// windows along a spatial dim of input size n, output size m and kernel k start at
+// int((i + u) a) - int(u a), a = (n - k) / (m - 1), the last at n - k, with u the plane's sample for
+// that dim ((W, H) in 2-d, (T, H, W) in 3-d) and the arithmetic in the input's type, as torch's CPU
+// kernel; each window is scanned in order keeping the first maximum (a NaN replaces).
+V fractional_max_pool(Ctx& c, int S) {
+  Builder& b = c.b;
+  Value x = c.t(0);
+  if (x.rank() != S + 1 && x.rank() != S + 2) throw hlo::Error("fractional_max_pool: unexpected rank");
+  if (!pjrt::is_float(x.elem())) throw hlo::Error("fractional_max_pool: floating-point only");
+  const Dims& od = c.out_dims(0);
+  if (numel(od) == 0) return V{b.constant(0, c.out(0)), b.constant_i(0, c.out(1))};
+  const int64_t L = x.rank() - S;
+  const int64_t planes = numel(Dims(x.dims().begin(), x.dims().begin() + L));
+  Dims kernel = expand(c.ints(1), S, 1), in, out;
+  for (int i = 0; i < S; ++i) {
+    in.push_back(x.dims()[L + i]);
+    out.push_back(od[L + i]);
+  }
+  const int64_t plane = numel(in);
+  const ElementType t = x.elem(), s64 = ElementType::kS64;
+  Dims pod{planes};  // [planes, out...]
+  pod.insert(pod.end(), out.begin(), out.end());
+  Value smp = b.reshape(c.t(3), {planes, S});
+  // per spatial dim: the window starts, [planes, out_i] broadcast over pod
+  std::vector<Value> start(S);
+  for (int i = 0; i < S; ++i) {
+    Type st{s64, {planes, out[i]}};
+    Value last = b.constant_i(in[i] - kernel[i], st);
+    if (out[i] > 1) {
+      const int64_t col = S == 2 ? 1 - i : i;
+      Value u = b.broadcast_in_dim(b.reshape(slice_at(b, smp, 1, col), {planes}), {planes, out[i]}, {0});
+      Value alpha = div(b, b.constant(static_cast<double>(in[i] - kernel[i]), u.type),
+                        b.constant(static_cast<double>(out[i] - 1), u.type));
+      Value o = b.convert(b.iota(st, 1), t);
+      Value v = sub(b, b.convert(mul(b, add(b, o, u), alpha), s64), b.convert(mul(b, u, alpha), s64));
+      Value is_last = b.compare(Cmp::EQ, b.iota(st, 1), b.constant_i(out[i] - 1, st));
+      last = b.select(is_last, last, v);
+    }
+    start[i] = b.broadcast_in_dim(last, pod, {0, static_cast<int64_t>(i) + 1});
+  }
+  Value xs = b.reshape(x, {planes * plane});
+  Type pt{s64, pod};
+  Value base = mul(b, b.iota(pt, 0), b.constant_i(plane, pt));
+  const int64_t k = numel(pod);
+  Value best, best_idx;
+  for (const Dims& tap : taps_of(kernel)) {
+    Value flat;
+    for (int i = 0; i < S; ++i) {
+      Value coord = add(b, start[i], b.constant_i(tap[i], pt));
+      flat = flat.valid() ? add(b, mul(b, flat, b.constant_i(in[i], pt)), coord) : coord;
+    }
+    Value v = b.gather(xs, b.reshape(add(b, flat, base), {k, 1}), hlo::GatherDims{{}, {0}, {0}, 1}, {1}, {k});
+    v = b.reshape(v, pod);
+    if (!best.valid()) {
+      best = v;
+      best_idx = flat;
+      continue;
+    }
+    Value take = orv(b, b.compare(Cmp::GT, v, best), isnan(b, v));
+    best = b.select(take, v, best);
+    best_idx = b.select(take, flat, best_idx);
+  }
+  return V{b.reshape(best, od), b.reshape(best_idx, c.out_dims(1))};
+}
+
 // Pooling backward through saved indices: grad summed into each plane at its index.
 Value indices_backward(Ctx& c, int S, size_t indices_k) {
   Builder& b = c.b;
@@ -340,6 +407,9 @@ const Rows rows = {
     {{"_adaptive_avg_pool3d", "_adaptive_avg_pool3d.out"}, [](Ctx& c) { return one(adaptive_avg_pool_nd(c, 3)); }},
     {{"_adaptive_avg_pool3d_backward", "_adaptive_avg_pool3d_backward.grad_input"}, [](Ctx& c) { return one(adaptive_avg_pool_nd_backward(c, 3)); }},
     {{"adaptive_max_pool3d", "adaptive_max_pool3d.out"}, [](Ctx& c) { return adaptive_max_pool_nd(c, 3); }},
+    {{"fractional_max_pool2d", "fractional_max_pool2d.output"}, [](Ctx& c) { return fractional_max_pool(c, 2); }},
+    {{"fractional_max_pool2d_backward", "fractional_max_pool2d_backward.grad_input"}, [](Ctx& c) { return one(indices_backward(c, 2, 4)); }},
+    {{"fractional_max_pool3d", "fractional_max_pool3d.output"}, [](Ctx& c) { return fractional_max_pool(c, 3); }},
     {{"adaptive_max_pool3d_backward", "adaptive_max_pool3d_backward.grad_input"}, [](Ctx& c) { return one(indices_backward(c, 3, 2)); }},
 };
 

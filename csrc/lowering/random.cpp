@@ -1,6 +1,6 @@
 // Random rows: uniform_, normal_ (and normal with tensor mean/std), random_ (three overloads),
 // bernoulli, exponential_, log_normal_, cauchy_, geometric_, native_dropout (+ backward), randperm,
-// multinomial.
+// multinomial, rrelu_with_noise.
 //
 // Every row draws from stablehlo.rng_bit_generator (THREE_FRY) seeded by the device generator's
 // (seed, offset) state, which the aten layer passes as c.rng_state and advances once per call: results
@@ -276,6 +276,30 @@ Value exponential(Ctx& c, double lambda) {
   return b.convert(e, t);
 }
 
+// rrelu_with_noise_functional(self, noise, lower, upper, training, generator) -> (out, noise_out). In
+// training every x <= 0 is scaled by a slope drawn uniformly from [lower, upper), which noise records (1
+// elsewhere); in evaluation the slope is (lower + upper) / 2 and noise is left as it is.
+V rrelu_with_noise(Ctx& c) {
+  Builder& b = c.b;
+  const ElementType t = c.out_type();
+  if (!pjrt::is_float(t)) throw hlo::Error("rrelu_with_noise: floating-point only");
+  const ElementType ct = compute_type(t);
+  const Dims& dims = c.out_dims();
+  Value x = b.convert(c.t(0), ct);
+  if (!c.i(4)) {  // leaky_relu with the mean slope, computed in double as torch does
+    Value l = b.convert(c.t(2), ElementType::kF64), u = b.convert(c.t(3), ElementType::kF64);
+    Value slope = b.broadcast_to(b.convert(b.binary("multiply", b.binary("add", l, u), b.scalar(0.5, ElementType::kF64)), ct), dims);
+    Value y = b.select(b.compare(Cmp::GT, x, b.constant(0, x.type)), x, b.binary("multiply", x, slope));
+    return V{b.convert(y, t), c.t(1)};
+  }
+  Value lo = b.broadcast_to(b.convert(c.t(2), ct), dims), hi = b.broadcast_to(b.convert(c.t(3), ct), dims);
+  Value neg = b.compare(Cmp::LE, x, b.constant(0, x.type));
+  Rng rng(c);
+  Value r = b.binary("add", lo, b.binary("multiply", rng.unit(ct, dims), b.binary("subtract", hi, lo)));
+  Value noise = b.select(neg, r, b.constant(1, r.type));
+  return V{b.convert(b.select(neg, b.binary("multiply", x, r), x), t), b.convert(noise, c.out_type(1))};
+}
+
 const Rows rows = {
     {{"uniform", "uniform_", "uniform.out"}, [](Ctx& c) {
        return one(uniform(c, c.has(1) ? c.d(1) : 0.0, c.has(2) ? c.d(2) : 1.0));
@@ -335,6 +359,7 @@ const Rows rows = {
        return one(b.convert(r, c.out_type()));
      }},
     {{"multinomial", "multinomial.out"}, [](Ctx& c) { return one(multinomial(c)); }, kRandom},
+    {{"rrelu_with_noise_functional", "rrelu_with_noise"}, rrelu_with_noise, kRandom},
     {{"randperm"}, [](Ctx& c) { return one(randperm(c)); }, kRandom},
     {{"randperm.generator"}, [](Ctx& c) { return one(randperm(c)); }, kRandom},
 };

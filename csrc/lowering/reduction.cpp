@@ -1,7 +1,9 @@
-// Reduction rows: sums, means, extrema and their indices, variance, norms, logical reductions, scans,
-// softmax, nansum, aminmax, trace, segment_reduce. Half-precision inputs accumulate in float32, as torch does. Results are reshaped to the
-// shape inference's output, which takes care of keepdim.
+// Reduction rows: sums, means, extrema and their indices, variance, norms, logical reductions, scans
+// (logcumsumexp too), softmax, nansum, aminmax, trace, segment_reduce, hash_tensor. Half-precision inputs
+// accumulate in float32, as torch does. Results are reshaped to the shape inference's output, which takes
+// care of keepdim.
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "lowering/helpers.h"
@@ -127,7 +129,9 @@ Value logical_reduce(Ctx& c, const Dims& dims, bool all) {
 
 // Inclusive scan along `dim` in log2(n) steps (Hillis-Steele): each step combines every element with
 // the one `shift` places before it. O(n log n) work, no quadratic reduce_window.
-Value cumulative(Builder& b, Value x, int64_t dim, const char* op, Value init) {
+// `combine(later, earlier)` must be associative.
+using Combine = std::function<Value(Builder&, Value, Value)>;
+Value cumulative(Builder& b, Value x, int64_t dim, const Combine& combine, Value init) {
   if (x.rank() == 0) return x;
   const int64_t n = x.dims()[dim];
   Dims zeros(x.rank(), 0), step(x.rank(), 1);
@@ -137,9 +141,44 @@ Value cumulative(Builder& b, Value x, int64_t dim, const char* op, Value init) {
     limit[dim] = n;
     Value padded = b.pad(x, init, low, high, zeros);  // init fills the first `shift` places
     Value before = b.slice(padded, zeros, limit, step);
-    x = b.binary(op, x, before);
+    x = combine(b, x, before);
   }
   return x;
+}
+Value cumulative(Builder& b, Value x, int64_t dim, const char* op, Value init) {
+  return cumulative(b, x, dim, [op](Builder& bb, Value u, Value v) { return bb.binary(op, u, v); }, init);
+}
+
+// hash_tensor(self, dim, keepdim, mode=0): the xor of the elements' bits, each element first widened to
+// 64 bits as torch does (floats to double, integers and bools to int64).
+Value hash_tensor(Ctx& c) {
+  Builder& b = c.b;
+  if (c.i(3) != 0) throw hlo::Error("hash_tensor: only mode 0 (xor_sum)");
+  Value x = c.t(0);
+  if (pjrt::is_complex(x.elem())) throw hlo::Error("hash_tensor: complex inputs are not supported");
+  x = b.convert(x, pjrt::is_float(x.elem()) ? ElementType::kF64 : ElementType::kS64);
+  x = b.bitcast_convert(x, Type{ElementType::kU64, x.dims()});
+  Value r = reduce(b, x, reduction_dims(c, 1, x.rank()), "xor", b.scalar_i(0, ElementType::kU64));
+  return finish(c, r);
+}
+
+// logcumsumexp as torch's CPU kernel: a scan of log(exp(a) + exp(b)) = max + log1p(exp(min - max)),
+// where two equal infinities give themselves and NaN propagates, accumulated in double (float for half
+// types).
+Value logcumsumexp(Ctx& c) {
+  Builder& b = c.b;
+  ElementType t = c.out_type();
+  if (!pjrt::is_float(t)) throw hlo::Error("logcumsumexp: floating-point only");
+  ElementType a = t == ElementType::kF16 || t == ElementType::kBF16 ? ElementType::kF32 : ElementType::kF64;
+  Value x = b.convert(c.t(0), a);
+  if (x.rank() == 0) return x;
+  auto log_add_exp = [](Builder& bb, Value u, Value v) {
+    Value lo = nan_min(bb, u, v), hi = nan_max(bb, u, v);
+    Value r = add(bb, bb.unary("log_plus_one", bb.unary("exponential", sub(bb, lo, hi))), hi);
+    Value same_inf = andv(bb, bb.compare(Cmp::EQ, lo, hi), notv(bb, is_finite(bb, lo)));
+    return bb.select(same_inf, u, r);
+  };
+  return cumulative(b, x, wrap_dim(c.i(1), x.rank()), log_add_exp, b.scalar(-INFINITY, a));
 }
 
 // softmax pieces along `dim` in the accumulation type.
@@ -394,6 +433,9 @@ const Rows rows = {
        if (x.elem() == ElementType::kPred) x = c.b.convert(x, ElementType::kS64);
        return one(cumulative(c.b, x, dim_of(c, 1, x), "add", c.b.scalar(0, x.elem())));
      }},
+    // the public overloads: _logcumsumexp has no meta kernel for shape inference
+    {{"logcumsumexp", "logcumsumexp.out"}, [](Ctx& c) { return one(logcumsumexp(c)); }},
+    {{"hash_tensor", "hash_tensor.out"}, [](Ctx& c) { return one(hash_tensor(c)); }},
     {{"cumprod", "cumprod_", "cumprod.out"}, [](Ctx& c) {
        Value x = c.b.convert(c.t(0), accumulation_type(c.out_type()));
        if (x.elem() == ElementType::kPred) x = c.b.convert(x, ElementType::kS64);

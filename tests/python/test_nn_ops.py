@@ -271,6 +271,81 @@ def test_embedding_int32_indices():
     grad_check(lambda w, i: F.embedding(i, w), w, idx)
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag(mode):
+    w = randn(10, 3, seed=2, grad=False)
+    idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
+    offsets = torch.tensor([0, 4, 4, 6])  # an empty bag among them
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), w, idx, offsets)
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, padding_idx=4), w, idx, offsets)
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, include_last_offset=True), w, idx,
+          torch.tensor([0, 3, 8]))
+    check(lambda w, i: F.embedding_bag(i, w, mode=mode), w, torch.tensor([[0, 9, 9], [3, 1, 2]], dtype=torch.int32))
+    if mode == "sum":
+        check(lambda w, i, o, p: F.embedding_bag(i, w, o, mode=mode, per_sample_weights=p), w, idx, offsets,
+              randn(8, seed=3, grad=False))
+    # the auxiliary results the backward reads
+    out = torch.ops.aten._embedding_bag(w.to("tpu"), idx.to("tpu"), offsets.to("tpu"), False,
+                                        ["sum", "mean", "max"].index(mode), False, None, False, -1)
+    ref = torch.ops.aten._embedding_bag(w, idx, offsets, False, ["sum", "mean", "max"].index(mode), False, None, False, -1)
+    torch.testing.assert_close(out[0].cpu(), ref[0])
+    if mode != "sum":
+        torch.testing.assert_close(out[1].cpu(), ref[1])
+        torch.testing.assert_close(out[2].cpu(), ref[2])
+    if mode == "max":
+        torch.testing.assert_close(out[3].cpu(), ref[3])
+
+
+def test_embedding_max_norm():
+    w = randn(10, 4, seed=4, grad=False) * 3
+
+    def f(w, i):
+        w = w.clone()
+        out = F.embedding(i, w, max_norm=2.0)  # renormalizes the named rows of w in place
+        return out, w
+
+    check(f, w, torch.tensor([1, 3, 3, 7]))
+    check(lambda w, i: F.embedding_bag(i, w, torch.tensor([0, 2], device=i.device), max_norm=1.5, norm_type=1.0),
+          w, torch.tensor([0, 5, 5, 9]))
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_fractional_max_pool(dims):
+    g = torch.Generator().manual_seed(5)
+    if dims == 2:
+        x, samples = randn(2, 3, 10, 9, seed=6), torch.rand(2, 3, 2, generator=g)
+        fn = lambda x, s: F.fractional_max_pool2d(x, (3, 2), output_size=(5, 4), return_indices=True, _random_samples=s)
+    else:
+        x, samples = randn(2, 3, 7, 8, 9, seed=6), torch.rand(2, 3, 3, generator=g)
+        fn = lambda x, s: F.fractional_max_pool3d(x, (2, 2, 3), output_size=(4, 5, 3), return_indices=True,
+                                                   _random_samples=s)
+    if dims == 2:
+        grad_check(fn, x, samples)
+    else:  # fractional_max_pool3d_backward has no meta kernel, so no shape inference: forward only
+        check(fn, x.detach(), samples)
+
+
+def test_batch_norm_with_update():
+    x, w, bias = randn(4, 3, 5, seed=7, grad=False), randn(3, seed=8, grad=False), randn(3, seed=9, grad=False)
+
+    def f(x, w, bias, rm, rv):
+        rm, rv = rm.clone(), rv.clone()
+        out = torch.ops.aten._batch_norm_with_update(x, w, bias, rm, rv, 0.1, 1e-5)
+        return out[0], out[1], out[2], rm, rv
+
+    check(f, x, w, bias, randn(3, seed=10, grad=False), torch.rand(3) + 0.5)
+
+
+def test_unfold_backward():
+    grad_check(lambda x: x.unfold(1, 3, 2), randn(3, 11, 5, seed=11))
+    grad_check(lambda x: x.unfold(0, 4, 3), randn(10, seed=12))
+    grad_check(lambda x: x.unfold(-1, 2, 5), randn(2, 12, seed=13))
+
+
+def test_rrelu_eval():
+    check(lambda x: F.rrelu(x, 0.1, 0.3, training=False), randn(50, seed=14, grad=False))
+
+
 # ------------------------------------------------------------------------------------ convolution
 CONV2D_CASES = [
     # (in_ch, out_ch, kernel, stride, padding, dilation, groups, hw)
