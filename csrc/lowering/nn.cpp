@@ -857,7 +857,9 @@ V adaptive_avg_pool2d_backward(Ctx& c) {
 V sgn(Ctx& c) {
   if (pjrt::is_complex(c.t(0).elem())) throw hlo::Error("sgn: complex inputs are not lowered");
   if (c.out_type() == ElementType::kPred) return one(operand(c, 0));
-  return one(c.b.unary("sign", operand(c, 0)));
+  Value x = operand(c, 0), r = c.b.unary("sign", x);
+  if (pjrt::is_float(x.elem())) r = c.b.select(isnan(c.b, x), c.b.constant(0, x.type), r);  // torch: sgn(NaN) = 0
+  return one(r);
 }
 
 const Rows rows = {

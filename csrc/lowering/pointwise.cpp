@@ -314,7 +314,12 @@ const Rows rows = {
     {{"erfc", "erfc_", "erfc.out"}, [](Ctx& c) { return one(c.b.chlo_unary("erfc", operand(c, 0))); }},
     {{"erfinv", "erfinv_", "erfinv.out"}, [](Ctx& c) { return one(c.b.chlo_unary("erf_inv", operand(c, 0))); }},
     {{"lgamma", "lgamma_", "lgamma.out"}, [](Ctx& c) { return one(c.b.chlo_unary("lgamma", operand(c, 0))); }},
-    {{"digamma", "digamma_", "digamma.out"}, [](Ctx& c) { return one(c.b.chlo_unary("digamma", operand(c, 0))); }},
+    {{"digamma", "digamma_", "digamma.out"}, [](Ctx& c) {
+       // torch gives -inf at +0 and +inf at -0, that is -1/x (chlo's digamma gives NaN at both)
+       Builder& b = c.b;
+       Value x = operand(c, 0), r = b.chlo_unary("digamma", x);
+       return one(b.select(b.compare(Cmp::EQ, x, like(b, 0, x)), b.unary("negate", div(b, like(b, 1, x), x)), r));
+     }},
     {{"floor", "floor_", "floor.out"}, [](Ctx& c) {
        return one(pjrt::is_integral(c.out_type()) ? operand(c, 0) : unary_op(c, "floor"));
      }},

@@ -279,7 +279,10 @@ Value polygamma(Ctx& c) {
   if (!pjrt::is_float(x.elem())) throw hlo::Error("polygamma: floating-point only");
   int64_t n = c.i(0);
   if (n < 0) throw hlo::Error("polygamma: negative order");
-  if (n == 0) return b.chlo_unary("digamma", x);
+  if (n == 0) {  // digamma, -1/x at +-0 as torch (chlo's gives NaN there)
+    Value zero = b.compare(Cmp::EQ, x, like(b, 0, x));
+    return b.select(zero, b.unary("negate", div(b, like(b, 1, x), x)), b.chlo_unary("digamma", x));
+  }
   if (n == 1) return trigamma(b, x);
   double fact = 1;
   for (int64_t i = 2; i <= n; ++i) fact *= static_cast<double>(i);

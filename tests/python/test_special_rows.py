@@ -98,3 +98,10 @@ def test_hash_tensor():
 def test_remainder_scalar_self():
     check(lambda d: torch.remainder(3.5, d), torch.tensor([2.0, -2.0, 1.5, -0.7, 0.0]))
     check(lambda d: torch.remainder(7, d), torch.tensor([2, -3, 5]))
+
+
+def test_digamma_zero_and_sgn_nan():
+    x = torch.tensor([0.0, -0.0, 0.5, -1.5, 3.0, NAN])
+    check(torch.digamma, x)
+    check(lambda t: torch.polygamma(0, t), x)
+    check(torch.sgn, x)
