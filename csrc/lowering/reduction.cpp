@@ -196,6 +196,9 @@ Value softmax(Builder& b, Value x, int64_t dim, bool log) {
   return b.binary("divide", e, b.broadcast_in_dim(s, x.dims(), kept));
 }
 
+// A 0-d value as a one-element vector; others unchanged.
+Value vec(Builder& b, Value x) { return x.rank() == 0 ? b.reshape(x, {1}) : x; }
+
 int64_t dim_of(const Ctx& c, size_t k, const Value& x) { return x.rank() == 0 ? 0 : wrap_dim(c.i(k), x.rank()); }
 
 Value bcast_reduced(Builder& b, Value r, const Value& like_x, int64_t dim) {
@@ -441,27 +444,28 @@ const Rows rows = {
        if (x.elem() == ElementType::kPred) x = c.b.convert(x, ElementType::kS64);
        return one(cumulative(c.b, x, dim_of(c, 1, x), "multiply", c.b.scalar(1, x.elem())));
      }},
+    // 0-d inputs compute as one-element vectors (a reduction over dim 0 of a scalar)
     {{"_softmax", "_softmax.out"}, [](Ctx& c) {
-       Value x = c.b.convert(c.t(0), accumulation_type(c.t(0).elem()));
-       return one(softmax(c.b, x, dim_of(c, 1, x), false));
+       Value x = vec(c.b, c.b.convert(c.t(0), accumulation_type(c.t(0).elem())));
+       return one(finish(c, softmax(c.b, x, dim_of(c, 1, x), false)));
      }},
     {{"_log_softmax", "_log_softmax.out"}, [](Ctx& c) {
-       Value x = c.b.convert(c.t(0), accumulation_type(c.t(0).elem()));
-       return one(softmax(c.b, x, dim_of(c, 1, x), true));
+       Value x = vec(c.b, c.b.convert(c.t(0), accumulation_type(c.t(0).elem())));
+       return one(finish(c, softmax(c.b, x, dim_of(c, 1, x), true)));
      }},
     {{"_softmax_backward_data", "_softmax_backward_data.out"}, [](Ctx& c) {
        ElementType acc = accumulation_type(c.out_type());
-       Value g = c.b.convert(c.t(0), acc), y = c.b.convert(c.t(1), acc);
+       Value g = vec(c.b, c.b.convert(c.t(0), acc)), y = vec(c.b, c.b.convert(c.t(1), acc));
        int64_t dim = dim_of(c, 2, y);
        Value s = reduce_sum(c.b, c.b.binary("multiply", g, y), {dim});
-       return one(c.b.binary("multiply", y, c.b.binary("subtract", g, bcast_reduced(c.b, s, y, dim))));
+       return one(finish(c, c.b.binary("multiply", y, c.b.binary("subtract", g, bcast_reduced(c.b, s, y, dim)))));
      }},
     {{"_log_softmax_backward_data", "_log_softmax_backward_data.out"}, [](Ctx& c) {
        ElementType acc = accumulation_type(c.out_type());
-       Value g = c.b.convert(c.t(0), acc), y = c.b.convert(c.t(1), acc);
+       Value g = vec(c.b, c.b.convert(c.t(0), acc)), y = vec(c.b, c.b.convert(c.t(1), acc));
        int64_t dim = dim_of(c, 2, y);
        Value s = reduce_sum(c.b, g, {dim});
-       return one(c.b.binary("subtract", g, c.b.binary("multiply", c.b.unary("exponential", y), bcast_reduced(c.b, s, y, dim))));
+       return one(finish(c, c.b.binary("subtract", g, c.b.binary("multiply", c.b.unary("exponential", y), bcast_reduced(c.b, s, y, dim)))));
      }},
     {{"nansum", "nansum.out"}, [](Ctx& c) { return one(nansum(c)); }},
     {{"aminmax", "aminmax.out"}, aminmax},

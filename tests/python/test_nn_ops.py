@@ -576,3 +576,10 @@ def test_training_step():
             opt.step()
     for (name, p_c), p_d in zip(cpu.named_parameters(), dev.parameters()):
         torch.testing.assert_close(p_d.detach().cpu(), p_c.detach(), msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax])
+def test_softmax_zero_dim(fn):
+    for v in (0.5, float("inf"), float("nan")):
+        grad_check(lambda t: fn(t, 0), torch.tensor(v, requires_grad=True), equal_nan=True)
+    grad_check(lambda t: fn(t, -1), randn(3, 4, seed=15))
