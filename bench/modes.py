@@ -99,12 +99,14 @@ def llama_train_fn(model, device, mode):
     model = copy.deepcopy(model).to(device).train()
     fwd = compiled(model, mode)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # compiled modes compile the optimizer's step too, as jax.jit does the whole step
+    opt_step = compiled(opt.step, mode)
 
     def step(x, y):
         loss = fwd(input_ids=x, labels=x).loss
         opt.zero_grad()
         loss.backward()
-        opt.step()
+        opt_step()
         return loss
 
     return step
