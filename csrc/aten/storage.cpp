@@ -127,6 +127,24 @@ lowering::ViewForm view_form(const at::Tensor& t) {
   return v;
 }
 
+int64_t growable_capacity(int64_t numel) {
+  int64_t c = 64;
+  while (c < numel) c *= 2;
+  return c;
+}
+
+bool reads_growable(const at::Tensor& t) {
+  if (t.is_conj() || t.is_neg() || t.numel() == 0) return false;
+  const StorageHandle& h = handle_of(t.storage());
+  if (!h.buffer || h.buffer->type() != element_type(t.scalar_type())) return false;
+  return lowering::has_spare_capacity(base_form(t.storage()));
+}
+
+int64_t geometry_part(const at::Tensor& t, int part) {
+  if (part == 0) return t.storage_offset();
+  return part > 0 ? t.stride(part - 1) : t.size(-part - 1);
+}
+
 namespace {
 
 at::Tensor tensor_over(StorageHandle* h, size_t nbytes, at::IntArrayRef sizes, at::ScalarType dtype) {

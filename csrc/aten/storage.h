@@ -38,6 +38,16 @@ lowering::BaseForm base_form(const c10::Storage& storage);
 // The tensor's view form over its storage.
 lowering::ViewForm view_form(const at::Tensor& t);
 
+// Growable storages (lowering/view.h): results of small concatenations live in flat buffers of
+// growable_capacity(numel) elements, up to kGrowableMaxElements.
+constexpr int64_t kGrowableMaxElements = int64_t{1} << 16;
+int64_t growable_capacity(int64_t numel);
+// True when `t` reads a growable storage in the storage's own type (no conj/neg bits): such reads take
+// offset and strides at run time, so the program does not change as the storage's tensor grows.
+bool reads_growable(const at::Tensor& t);
+// Part of a tensor's geometry: 0 its offset, 1 + d its stride d, -1 - d its size d.
+int64_t geometry_part(const at::Tensor& t, int part);
+
 // A new tpu tensor (contiguous, sizes `sizes`) owning `buffer` as its storage's base.
 at::Tensor wrap_buffer(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::ScalarType dtype);
 // The same for a growable storage: `buffer` is a flat array with room to spare; the storage's size is

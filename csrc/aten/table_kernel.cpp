@@ -47,25 +47,6 @@ enum Tag : int64_t {
   kPresentTag = -9,   // an optional argument that is not None
 };
 
-// Results of growable concatenations up to this many elements live in growable storages.
-constexpr int64_t kGrowMaxElements = int64_t{1} << 16;
-
-int64_t grow_capacity(int64_t numel) {
-  int64_t c = 64;
-  while (c < numel) c *= 2;
-  return c;
-}
-
-// A tensor read from a growable storage (a flat base with room to spare) in its own type: its reads
-// take offset and strides at run time, so the program does not change as the storage's tensor grows.
-bool dynamic_read(const at::Tensor& t) {
-  if (t.is_conj() || t.is_neg() || t.numel() == 0) return false;
-  const StorageHandle& h = handle_of(t.storage());
-  if (!h.buffer || h.buffer->dims().size() != 1 || h.buffer->type() != element_type(t.scalar_type())) return false;
-  return h.buffer->dims()[0] * static_cast<int64_t>(pjrt::byte_size(h.buffer->type())) >
-         static_cast<int64_t>(t.storage().nbytes());
-}
-
 // Where a program argument comes from at run time.
 struct Source {
   enum What : uint8_t { kStorage, kScalarArg, kScalarListItem, kCpuTensor, kCpuListItem, kRng, kGeometry } what;
@@ -74,12 +55,6 @@ struct Source {
   ElementType type;
   int part = 0;  // kGeometry: 0 the tensor's offset, 1 + d its stride d, -1 - d its size d
 };
-
-// The value of a tensor's geometry part (Source::part).
-int64_t geometry_part(const at::Tensor& t, int part) {
-  if (part == 0) return t.storage_offset();
-  return part > 0 ? t.stride(part - 1) : t.size(-part - 1);
-}
 
 // What a program result becomes.
 struct Sink {
@@ -224,7 +199,7 @@ class TableKernel final : public c10::OperatorKernel {
     TORCH_CHECK(dev == call.device, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
                 call.device, " and tpu:", dev, "! (in ", name_, ")");
     call.has_tpu_tensor = true;
-    if (!written && dynamic_read(t)) {
+    if (!written && reads_growable(t)) {
       dynamic_key(t, key);
       slot_key(t, key, call);
       return;
@@ -565,17 +540,7 @@ class TableKernel final : public c10::OperatorKernel {
     std::vector<pjrt::TensorSpec> in_specs;
     std::vector<lowering::BaseForm> forms;
     std::vector<hlo::Value> slot_values;
-    for (size_t s = 0; s < call.slots.size(); ++s) {
-      lowering::BaseForm f = base_form(call.storages[s]);
-      forms.push_back(f);
-      if (f.present) {
-        slot_values.push_back(b.arg(hlo::Type{f.elem, f.dims}));
-        in_specs.push_back({f.elem, f.dims});
-        entry.sources.push_back({Source::kStorage, static_cast<int>(s), 0, f.elem});
-      } else {
-        slot_values.push_back(hlo::Value{});
-      }
-    }
+    storage_args(b, call, entry, in_specs, forms, slot_values);
     auto slot_of = [&](const at::Tensor& t) {
       for (size_t s = 0; s < call.slots.size(); ++s)
         if (call.slots[s] == t.storage().unsafeGetStorageImpl()) return static_cast<int>(s);
@@ -600,7 +565,7 @@ class TableKernel final : public c10::OperatorKernel {
         return a;
       }
       int s = slot_of(t);
-      if (!written_[index] && dynamic_read(t)) {
+      if (!written_[index] && reads_growable(t)) {
         a.value = read_dynamic(b, slot_values[s], t, index, item, in_specs, entry);
         return a;  // no layout hint: the strides are not part of the key
       }
@@ -703,6 +668,19 @@ class TableKernel final : public c10::OperatorKernel {
     entry.exe = session.programs().get(b.module_text(name_for_module()), in_specs, out_specs);
   }
 
+  // Program arguments for the call's storages (their bases; none for a never-written storage).
+  static void storage_args(hlo::Builder& b, const Call& call, Entry& entry, std::vector<pjrt::TensorSpec>& in_specs,
+                           std::vector<lowering::BaseForm>& forms, std::vector<hlo::Value>& slot_values) {
+    for (size_t s = 0; s < call.slots.size(); ++s) {
+      lowering::BaseForm f = base_form(call.storages[s]);
+      forms.push_back(f);
+      slot_values.push_back(f.present ? b.arg(hlo::Type{f.elem, f.dims}) : hlo::Value{});
+      if (!f.present) continue;
+      in_specs.push_back({f.elem, f.dims});
+      entry.sources.push_back({Source::kStorage, static_cast<int>(s), 0, f.elem});
+    }
+  }
+
   // A program input holding part of a tensor's geometry (Source::part).
   static hlo::Value geometry_input(hlo::Builder& b, int index, int item, int part,
                                    std::vector<pjrt::TensorSpec>& in_specs, Entry& entry) {
@@ -749,15 +727,15 @@ class TableKernel final : public c10::OperatorKernel {
         if (d != dim && t.size(d) != first.size(d)) return false;
       numel += t.numel();
     }
-    if (numel > kGrowMaxElements) return false;
+    if (numel > kGrowableMaxElements) return false;
     key.push_back(kGrowTag);
     key.push_back(static_cast<int64_t>(first.scalar_type()));
     key.push_back(rank);
     key.push_back(dim);
-    key.push_back(grow_capacity(numel));
+    key.push_back(growable_capacity(numel));
     key.push_back(static_cast<int64_t>(list.size()));
     for (const at::Tensor& t : list) {
-      if (dynamic_read(t)) {
+      if (reads_growable(t)) {
         key.push_back(kDynTag);
         slot_key(t, key, call);
       } else {
@@ -780,22 +758,14 @@ class TableKernel final : public c10::OperatorKernel {
     const int64_t dim = stack[base + 1].toInt() < 0 ? stack[base + 1].toInt() + rank : stack[base + 1].toInt();
     int64_t numel = 0;
     for (const at::Tensor& t : list) numel += t.numel();
-    const int64_t capacity = grow_capacity(numel);
+    const int64_t capacity = growable_capacity(numel);
     const ElementType elem = element_type(first.scalar_type());
 
     hlo::Builder b;
     std::vector<pjrt::TensorSpec> in_specs;
     std::vector<hlo::Value> slot_values;
     std::vector<lowering::BaseForm> forms;
-    for (size_t s = 0; s < call.slots.size(); ++s) {
-      lowering::BaseForm f = base_form(call.storages[s]);
-      forms.push_back(f);
-      slot_values.push_back(f.present ? b.arg(hlo::Type{f.elem, f.dims}) : hlo::Value{});
-      if (f.present) {
-        in_specs.push_back({f.elem, f.dims});
-        entry->sources.push_back({Source::kStorage, static_cast<int>(s), 0, f.elem});
-      }
-    }
+    storage_args(b, call, *entry, in_specs, forms, slot_values);
     const ElementType s64 = ElementType::kS64;
     std::vector<lowering::GrowPart> parts;
     for (size_t i = 0; i < list.size(); ++i) {
@@ -804,7 +774,7 @@ class TableKernel final : public c10::OperatorKernel {
       while (call.slots[s] != t.storage().unsafeGetStorageImpl()) ++s;
       lowering::GrowPart p;
       const int item = static_cast<int>(i);
-      if (dynamic_read(t)) {
+      if (reads_growable(t)) {
         p.flat = slot_values[s];
         p.offset = geometry_input(b, 0, item, 0, in_specs, *entry);
         for (int64_t d = 0; d < rank; ++d) {

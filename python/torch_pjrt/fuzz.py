@@ -166,6 +166,11 @@ def _strides(t):
     return tuple(st if n > 1 else "-" for st, n in zip(t.stride(), t.shape))
 
 
+def _offset(t):
+    """An empty tensor's offset addresses nothing either (narrow(0, 1, 0) of a size-1 dim shows its stride)."""
+    return t.storage_offset() if t.numel() else "-"
+
+
 def compare(cpu, tpu, scale):
     """Returns a list of differences between the CPU run and the "tpu" run (empty when they agree)."""
     diffs = []
@@ -180,9 +185,9 @@ def compare(cpu, tpu, scale):
     groups_c, groups_t = {}, {}
     for n in names:
         c, t = cpu.ns[n], tpu.ns[n]
-        meta_c = (c.dtype, tuple(c.shape), _strides(c), c.storage_offset(), c.untyped_storage().nbytes(),
+        meta_c = (c.dtype, tuple(c.shape), _strides(c), _offset(c), c.untyped_storage().nbytes(),
                   c.is_contiguous(), c._version)
-        meta_t = (t.dtype, tuple(t.shape), _strides(t), t.storage_offset(), t.untyped_storage().nbytes(),
+        meta_t = (t.dtype, tuple(t.shape), _strides(t), _offset(t), t.untyped_storage().nbytes(),
                   t.is_contiguous(), t._version)
         if t.device.type != "tpu":
             diffs.append(f"{n}: on {t.device}, not tpu")

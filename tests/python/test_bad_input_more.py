@@ -86,7 +86,6 @@ CASES = {
     "baddbmm_bool": lambda t, c: torch.baddbmm(t["b"][None, None, :1], t["b"][None, None], t["b"][None, :, None]),
     "var_int": lambda t, c: t["i"].var(),
     "std_int_dim": lambda t, c: t["i"].std(0),
-    "histc_int": lambda t, c: torch.histc(t["i"]),
     "clamp_bool": lambda t, c: t["b"].clamp(min=True),
     "nll_loss_int32_target": lambda t, c: F.nll_loss(t["f"], t["i32"]),
     "bce_target_dtype": lambda t, c: F.binary_cross_entropy(t["p"], t["p"].double()),

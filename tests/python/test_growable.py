@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import torch_pjrt
+from test_view_semantics import run  # a case on one device: (results, None) or (None, the exception)
 
 
 def misses():
@@ -132,13 +133,6 @@ def _cases():
 
 
 CASES = _cases()
-
-
-def run(fn, dev):
-    try:
-        return fn(dev), None
-    except Exception as e:  # the CPU's exceptions are part of the expected behaviour
-        return None, e
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
