@@ -133,11 +133,17 @@ int64_t growable_capacity(int64_t numel) {
   return c;
 }
 
+bool is_growable(const c10::Storage& storage) {
+  // lowering::has_spare_capacity without building a BaseForm: this runs for every tensor of every op
+  const StorageHandle& h = handle_of(storage);
+  if (!h.buffer || h.buffer->dims().size() != 1) return false;
+  return h.buffer->dims()[0] * static_cast<int64_t>(pjrt::byte_size(h.buffer->type())) >
+         static_cast<int64_t>(storage.nbytes());
+}
+
 bool reads_growable(const at::Tensor& t) {
-  if (t.is_conj() || t.is_neg() || t.numel() == 0) return false;
-  const StorageHandle& h = handle_of(t.storage());
-  if (!h.buffer || h.buffer->type() != element_type(t.scalar_type())) return false;
-  return lowering::has_spare_capacity(base_form(t.storage()));
+  if (t.is_conj() || t.is_neg() || t.numel() == 0 || !is_growable(t.storage())) return false;
+  return handle_of(t.storage()).buffer->type() == element_type(t.scalar_type());
 }
 
 int64_t geometry_part(const at::Tensor& t, int part) {

@@ -42,6 +42,7 @@ lowering::ViewForm view_form(const at::Tensor& t);
 // growable_capacity(numel) elements, up to kGrowableMaxElements.
 constexpr int64_t kGrowableMaxElements = int64_t{1} << 16;
 int64_t growable_capacity(int64_t numel);
+bool is_growable(const c10::Storage& storage);  // a flat base with room to spare
 // True when `t` reads a growable storage in the storage's own type (no conj/neg bits): such reads take
 // offset and strides at run time, so the program does not change as the storage's tensor grows.
 bool reads_growable(const at::Tensor& t);

@@ -17,6 +17,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/irange.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -214,7 +215,7 @@ class TableKernel final : public c10::OperatorKernel {
     key.push_back((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0));
     slot_key(t, key, call);
     // a write into a growable storage replaces it whole or not depending on its size
-    if (written && lowering::has_spare_capacity(base_form(t.storage())))
+    if (written && is_growable(t.storage()))
       key.push_back(static_cast<int64_t>(t.storage().nbytes()));
   }
 
@@ -234,11 +235,10 @@ class TableKernel final : public c10::OperatorKernel {
         key.push_back(s);
         continue;
       }
+      const auto st = t.strides();
       int64_t rank = 0;  // how many distinct smaller strides
-      std::set<int64_t> smaller;
-      for (int64_t o : t.strides())
-        if (o < s) smaller.insert(o);
-      rank = static_cast<int64_t>(smaller.size());
+      for (size_t j = 0; j < st.size(); ++j)
+        rank += st[j] < s && std::find(st.begin(), st.begin() + j, st[j]) == st.begin() + j;
       key.push_back(rank);
     }
   }
@@ -258,7 +258,7 @@ class TableKernel final : public c10::OperatorKernel {
     call.storages.push_back(t.storage());
     // The storage's base form, once per storage.
     const StorageHandle& h = handle_of(t.storage());
-    if (h.buffer && lowering::has_spare_capacity(base_form(t.storage()))) {
+    if (is_growable(t.storage())) {
       // growable: its capacity, not its current size (written tensors add the size, tensor_key)
       key.push_back(kCapacityTag);
       key.push_back(static_cast<int64_t>(h.buffer->type()));
