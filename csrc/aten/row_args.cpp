@@ -1,5 +1,7 @@
 #include "aten/row_args.h"
 
+#include <ATen/ops/empty.h>
+
 #include <cstring>
 
 #include "aten/storage.h"
@@ -144,6 +146,43 @@ void convert_results(hlo::Builder& b, std::vector<hlo::Value>& results, const st
     if (results[r].dims() != outs[r].dims)
       throw hlo::Error(name + ": lowering produced " + results[r].type.str() + ", expected " + outs[r].str());
     results[r] = b.convert(results[r], outs[r].type);
+  }
+}
+
+c10::IValue to_meta(const c10::IValue& v, ArgKind kind, MetaBases& bases) {
+  auto meta_tensor = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+    auto k = std::make_pair(static_cast<void*>(t.storage().unsafeGetStorageImpl()),
+                            static_cast<int>(t.scalar_type()));
+    int64_t item = static_cast<int64_t>(t.element_size());
+    int64_t need = t.storage().nbytes() / item;
+    if (t.numel() > 0) {
+      int64_t extent = t.storage_offset() + 1;
+      for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+      need = std::max(need, extent);
+    }
+    auto it = bases.find(k);
+    if (it == bases.end() || it->second.numel() < need) {
+      it = bases.insert_or_assign(k, at::empty({need}, t.options().device(c10::kMeta))).first;
+    }
+    return it->second.as_strided(t.sizes(), t.strides(), t.storage_offset());
+  };
+  if (v.isNone()) return v;
+  switch (kind) {
+    case ArgKind::kTensor: return meta_tensor(v.toTensor());
+    case ArgKind::kTensorList: {
+      if (v.isTensorList()) {
+        c10::List<at::Tensor> out;
+        for (const at::Tensor& t : v.toTensorList()) out.push_back(meta_tensor(t));
+        return out;
+      }
+      c10::List<std::optional<at::Tensor>> out;
+      for (const std::optional<at::Tensor> t : v.toOptionalTensorList())
+        out.push_back(t.has_value() ? std::optional<at::Tensor>(meta_tensor(*t)) : std::nullopt);
+      return out;
+    }
+    case ArgKind::kDevice: return c10::Device(c10::kMeta);
+    default: return v;
   }
 }
 

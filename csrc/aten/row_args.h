@@ -6,6 +6,8 @@
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,12 @@ enum class ArgKind : uint8_t {
 };
 
 ArgKind kind_of(const c10::TypePtr& type);
+
+// An argument for shape inference: tpu tensors become meta tensors of the same sizes, strides and offset
+// over one meta base per (storage, dtype) in `bases` (so aliasing and overlap checks see what the real
+// tensors share); devices become meta.
+using MetaBases = std::map<std::pair<void*, int>, at::Tensor>;
+c10::IValue to_meta(const c10::IValue& v, ArgKind kind, MetaBases& bases);
 int64_t scalar_kind(const c10::Scalar& s);  // an ElementType: f64, s64, pred or c128
 int64_t list_item(const c10::IValue& e);    // an int[]/SymInt[]/bool[]/float[] element as an int64 word
 

@@ -407,48 +407,27 @@ class TableKernel final : public c10::OperatorKernel {
     return key;
   }
 
-  c10::IValue to_meta(const c10::IValue& v, Kind kind, std::map<std::pair<void*, int>, at::Tensor>& bases) {
-    auto meta_tensor = [&](const at::Tensor& t) -> at::Tensor {
-      if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
-      auto k = std::make_pair(static_cast<void*>(t.storage().unsafeGetStorageImpl()),
-                              static_cast<int>(t.scalar_type()));
-      int64_t item = static_cast<int64_t>(t.element_size());
-      int64_t need = t.storage().nbytes() / item;
-      if (t.numel() > 0) {
-        int64_t extent = t.storage_offset() + 1;
-        for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
-        need = std::max(need, extent);
-      }
-      auto it = bases.find(k);
-      if (it == bases.end() || it->second.numel() < need) {
-        it = bases.insert_or_assign(k, at::empty({need}, t.options().device(c10::kMeta))).first;
-      }
-      return it->second.as_strided(t.sizes(), t.strides(), t.storage_offset());
-    };
-    if (v.isNone()) return v;
-    switch (kind) {
-      case Kind::kTensor: return meta_tensor(v.toTensor());
-      case Kind::kTensorList: {
-        if (v.isTensorList()) {
-          c10::List<at::Tensor> out;
-          for (const at::Tensor& t : v.toTensorList()) out.push_back(meta_tensor(t));
-          return out;
-        }
-        c10::List<std::optional<at::Tensor>> out;
-        for (const std::optional<at::Tensor> t : v.toOptionalTensorList())
-          out.push_back(t.has_value() ? std::optional<at::Tensor>(meta_tensor(*t)) : std::nullopt);
-        return out;
-      }
-      case Kind::kDevice: return c10::Device(c10::kMeta);
-      default: return v;
+  // The functional overload's results on meta tensors (their sizes and layout).
+  std::vector<at::Tensor> functional_meta_results(const torch::jit::Stack& stack, size_t base) {
+    MetaBases bases;
+    torch::jit::Stack f;
+    for (size_t i = 0; i < functional_args_; ++i) f.push_back(to_meta(stack[base + i], kinds_[i], bases));
+    std::vector<at::Tensor> out;
+    try {
+      functional_->callBoxed(&f);
+    } catch (const std::exception&) {
+      return out;  // no functional meta kernel: keep the contiguous layout
     }
+    for (const auto& v : f)
+      if (v.isTensor()) out.push_back(v.toTensor());
+    return out;
   }
 
   void build_program(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t base, Call& call,
                      Entry& entry, bool* restart) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     // 1. Shape inference and argument checks on meta tensors: the op itself (raises what CPU raises) ...
-    std::map<std::pair<void*, int>, at::Tensor> meta_bases;
+    MetaBases meta_bases;
     torch::jit::Stack meta;
     for (size_t i = 0; i < schema_args_; ++i) meta.push_back(to_meta(stack[base + i], kinds_[i], meta_bases));
     torch::jit::Stack variant_meta = meta;
@@ -483,15 +462,22 @@ class TableKernel final : public c10::OperatorKernel {
       }
       op.callBoxed(&variant_meta);
       if (is_out_) {
-        // out= tensors take the result's shape first; then the call starts over with the new key
+        // out= tensors take the result's shape first (and, as torch's CPU kernels restride a resized
+        // output, the functional result's layout: torch.add(x.t(), 2, out=empty(0)) is transposed like
+        // x.t()); then the call starts over with the new key
+        std::vector<at::Tensor> layouts;
         for (size_t i = functional_args_; i < schema_args_; ++i) {
           if (!written_[i] || !stack[base + i].isTensor()) continue;
           const at::Tensor& real = stack[base + i].toTensor();
           const at::Tensor& fake = meta[i].toTensor();
-          if (real.sizes() != fake.sizes()) {
-            at::native::resize_output(real, fake.sizes());
-            *restart = true;
-          }
+          if (real.sizes() == fake.sizes()) continue;
+          at::native::resize_output(real, fake.sizes());
+          *restart = true;
+          if (layouts.empty()) layouts = functional_meta_results(stack, base);
+          size_t r = i - functional_args_;
+          if (r < layouts.size() && layouts[r].sizes() == fake.sizes() && layouts[r].strides() != real.strides() &&
+              layouts[r].is_non_overlapping_and_dense())
+            real.as_strided_(fake.sizes(), layouts[r].strides());
         }
         if (*restart) return;
       }
@@ -499,7 +485,7 @@ class TableKernel final : public c10::OperatorKernel {
     // ... and the functional overload, whose results the row computes.
     torch::jit::Stack fmeta(meta.begin(), meta.begin() + functional_args_);
     {
-      std::map<std::pair<void*, int>, at::Tensor> fresh_bases;
+      MetaBases fresh_bases;
       for (size_t i = 0; i < functional_args_; ++i) fmeta[i] = to_meta(stack[base + i], kinds_[i], fresh_bases);
     }
     if (ShapeRule rule = shape_rule(functional_->schema().name(), functional_->schema().overload_name()))

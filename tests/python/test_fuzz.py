@@ -47,3 +47,14 @@ def test_found_optional_dim_none_and_minus_one_differ():
     for args in [(-1,), (), (0,), (None,), (-1, True), (None, True)]:
         got, want = t.argmin(*args), x.argmin(*args)
         assert got.shape == want.shape and torch.equal(got.cpu(), want), args
+
+
+def test_found_resized_out_takes_the_results_layout():
+    """Found by the fixed budget: an out= tensor resized by the op is laid out as the CPU lays it out."""
+    for dev in ("cpu", "tpu"):
+        x = torch.arange(6).reshape(2, 3).to(dev).t()
+        out = torch.empty(0, dtype=torch.int64, device=dev)
+        torch.add(x, 2, out=out)
+        if dev == "cpu":
+            want = (out.stride(), out.clone())
+    assert out.stride() == want[0] and torch.equal(out.cpu(), want[1])
