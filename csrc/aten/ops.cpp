@@ -122,6 +122,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     at::Tensor up = upload(host, self.device().index());
     if (lowering::covers_storage(base_form(self.storage()), view_form(self))) {
       StorageHandle& h = handle_of(self);
+      StorageLock lock(h);
       h.buffer = handle_of(up).buffer;
       h.error.reset();  // a whole new value heals a poisoned storage
     } else {

@@ -27,14 +27,20 @@ std::vector<pjrt::BufferPtr> run_program(
 pjrt::BufferPtr dense_buffer(const at::Tensor& t) {
   const StorageHandle& h = handle_of(t);
   raise_if_poisoned(h);
-  if (!h.buffer) return nullptr;
-  lowering::BaseForm form = base_form(t.storage());
-  lowering::ViewForm view = view_form(t);
-  if (form.elem == view.elem && view.offset == 0 && view.contiguous() && view.numel() == h.buffer->numel() &&
-      !view.conj && !view.neg) {
-    return h.buffer;  // same bytes in the same order; dims do not matter to a download
+  pjrt::BufferPtr buffer;
+  lowering::BaseForm form;
+  {
+    StorageLock lock(h);  // the buffer and its form read together
+    buffer = h.buffer;
+    form = base_form(t.storage());
   }
-  return run_program("materialize_view", h.device, {h.buffer.get()},
+  if (!buffer) return nullptr;
+  lowering::ViewForm view = view_form(t);
+  if (form.elem == view.elem && view.offset == 0 && view.contiguous() && view.numel() == buffer->numel() &&
+      !view.conj && !view.neg) {
+    return buffer;  // same bytes in the same order; dims do not matter to a download
+  }
+  return run_program("materialize_view", h.device, {buffer.get()},
                      [&](hlo::Builder& b, const std::vector<hlo::Value>& a) {
                        return std::vector<hlo::Value>{lowering::read_view(b, a[0], form, view)};
                      })[0];

@@ -5,6 +5,7 @@
 #include <c10/core/StorageImpl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "aten/errors.h"
@@ -100,18 +101,40 @@ StorageHandle& handle_of(const c10::Storage& storage) {
   return *static_cast<StorageHandle*>(ctx);
 }
 
+pjrt::BufferPtr buffer_of(const StorageHandle& h) {
+  std::lock_guard<std::recursive_mutex> lock(h.mu);
+  return h.buffer;
+}
+
+std::shared_ptr<const DeferredError> error_of(const StorageHandle& h) {
+  std::lock_guard<std::recursive_mutex> lock(h.mu);
+  return h.error;
+}
+
+void StorageLock::lock() {
+  std::sort(handles_.begin(), handles_.end());
+  handles_.erase(std::unique(handles_.begin(), handles_.end()), handles_.end());
+  for (const StorageHandle* h : handles_) h->mu.lock();
+  locked_ = true;
+}
+
+StorageLock::~StorageLock() {
+  if (!locked_) return;
+  for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) (*it)->mu.unlock();
+}
+
 void raise_if_poisoned(const StorageHandle& h) {
-  if (h.error) raise_deferred(*h.error);
+  if (auto error = error_of(h)) raise_deferred(*error);
 }
 
 lowering::BaseForm base_form(const c10::Storage& storage) {
   lowering::BaseForm f;
-  const StorageHandle& h = handle_of(storage);
+  pjrt::BufferPtr buffer = buffer_of(handle_of(storage));
   f.nbytes = static_cast<int64_t>(storage.nbytes());
-  if (h.buffer) {
+  if (buffer) {
     f.present = true;
-    f.elem = h.buffer->type();
-    f.dims = h.buffer->dims();
+    f.elem = buffer->type();
+    f.dims = buffer->dims();
   }
   return f;
 }
@@ -135,15 +158,19 @@ int64_t growable_capacity(int64_t numel) {
 
 bool is_growable(const c10::Storage& storage) {
   // lowering::has_spare_capacity without building a BaseForm: this runs for every tensor of every op
-  const StorageHandle& h = handle_of(storage);
-  if (!h.buffer || h.buffer->dims().size() != 1) return false;
-  return h.buffer->dims()[0] * static_cast<int64_t>(pjrt::byte_size(h.buffer->type())) >
+  return is_growable(storage, buffer_of(handle_of(storage)));
+}
+
+bool is_growable(const c10::Storage& storage, const pjrt::BufferPtr& buffer) {
+  if (!buffer || buffer->dims().size() != 1) return false;
+  return buffer->dims()[0] * static_cast<int64_t>(pjrt::byte_size(buffer->type())) >
          static_cast<int64_t>(storage.nbytes());
 }
 
 bool reads_growable(const at::Tensor& t) {
-  if (t.is_conj() || t.is_neg() || t.numel() == 0 || !is_growable(t.storage())) return false;
-  return handle_of(t.storage()).buffer->type() == element_type(t.scalar_type());
+  if (t.is_conj() || t.is_neg() || t.numel() == 0) return false;
+  pjrt::BufferPtr buffer = buffer_of(handle_of(t.storage()));
+  return is_growable(t.storage(), buffer) && buffer->type() == element_type(t.scalar_type());
 }
 
 int64_t geometry_part(const at::Tensor& t, int part) {
@@ -199,6 +226,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   StorageHandle& h = handle_of(storage);
   auto* impl = storage.unsafeGetStorageImpl();
   TORCH_CHECK(impl->resizable(), "tpu: trying to resize storage that is not resizable");
+  StorageLock lock(h);
   if (h.buffer && nbytes != storage.nbytes()) {
     h.buffer = resized_base(h, base_form(storage), nbytes);
   }

@@ -6,6 +6,9 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
+#include <c10/util/SmallVector.h>
+
+#include <mutex>
 
 #include "lowering/view.h"
 #include "pjrt/runtime.h"
@@ -24,6 +27,33 @@ struct StorageHandle {
   pjrt::BufferPtr buffer;  // null until first written (torch.empty)
   int device = 0;
   std::shared_ptr<const DeferredError> error;
+  // Guards `buffer` and `error`: ops on several threads may read and swap one storage's base. An op
+  // holds it from reading the base to swapping in its result (StorageLock), so no update is lost and
+  // no buffer is freed while another thread passes it to a program. Recursive: a locked op may read
+  // the base again (base_form).
+  mutable std::recursive_mutex mu;
+};
+
+// The handle's buffer and error, read under its lock (another thread may be swapping them).
+pjrt::BufferPtr buffer_of(const StorageHandle& h);
+std::shared_ptr<const DeferredError> error_of(const StorageHandle& h);
+
+// Locks several storages' handles for an op's read-execute-swap, in address order so that two ops
+// locking overlapping sets never deadlock.
+class StorageLock {
+ public:
+  StorageLock() = default;
+  explicit StorageLock(const StorageHandle& h) { add(h); lock(); }
+  StorageLock(const StorageHandle& a, const StorageHandle& b) { add(a); add(b); lock(); }
+  void add(const StorageHandle& h) { handles_.push_back(&h); }
+  void lock();
+  ~StorageLock();
+  StorageLock(const StorageLock&) = delete;
+  StorageLock& operator=(const StorageLock&) = delete;
+
+ private:
+  c10::SmallVector<const StorageHandle*, 8> handles_;
+  bool locked_ = false;
 };
 
 // Raises the storage's deferred error, if any (called at sync points).
@@ -43,6 +73,7 @@ lowering::ViewForm view_form(const at::Tensor& t);
 constexpr int64_t kGrowableMaxElements = int64_t{1} << 16;
 int64_t growable_capacity(int64_t numel);
 bool is_growable(const c10::Storage& storage);  // a flat base with room to spare
+bool is_growable(const c10::Storage& storage, const pjrt::BufferPtr& buffer);  // with its buffer read
 // True when `t` reads a growable storage in the storage's own type (no conj/neg bits): such reads take
 // offset and strides at run time, so the program does not change as the storage's tensor grows.
 bool reads_growable(const at::Tensor& t);

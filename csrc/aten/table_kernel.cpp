@@ -257,21 +257,21 @@ class TableKernel final : public c10::OperatorKernel {
     call.slots.push_back(impl);
     call.storages.push_back(t.storage());
     // The storage's base form, once per storage.
-    const StorageHandle& h = handle_of(t.storage());
-    if (is_growable(t.storage())) {
+    pjrt::BufferPtr buffer = buffer_of(handle_of(t.storage()));
+    if (is_growable(t.storage(), buffer)) {
       // growable: its capacity, not its current size (written tensors add the size, tensor_key)
       key.push_back(kCapacityTag);
-      key.push_back(static_cast<int64_t>(h.buffer->type()));
-      key.push_back(h.buffer->dims()[0]);
+      key.push_back(static_cast<int64_t>(buffer->type()));
+      key.push_back(buffer->dims()[0]);
       return;
     }
     key.push_back(static_cast<int64_t>(t.storage().nbytes()));
-    if (!h.buffer) {
+    if (!buffer) {
       key.push_back(kNoneTag);
     } else {
-      key.push_back(static_cast<int64_t>(h.buffer->type()));
-      key.push_back(static_cast<int64_t>(h.buffer->dims().size()));
-      for (int64_t d : h.buffer->dims()) key.push_back(d);
+      key.push_back(static_cast<int64_t>(buffer->type()));
+      key.push_back(static_cast<int64_t>(buffer->dims().size()));
+      for (int64_t d : buffer->dims()) key.push_back(d);
     }
   }
 
@@ -815,6 +815,10 @@ class TableKernel final : public c10::OperatorKernel {
   // ------------------------------------------------------------------------------------ hit: execute
   void execute(const Entry& entry, torch::jit::Stack* stack, size_t base, Call& call) {
     const torch::jit::Stack& s = *stack;
+    // From reading the storages' bases to swapping in the results (threads, StorageLock).
+    StorageLock lock;
+    for (const auto& st : call.storages) lock.add(handle_of(st));
+    lock.lock();
     // An input computed by a failed op: this op fails the same way, without running.
     std::shared_ptr<const DeferredError> failure;
     for (const auto& st : call.storages)

@@ -6,7 +6,6 @@ lookups and compiles, executions, storage swaps of in-place writes, and host tra
 
 import threading
 
-import pytest
 import torch
 
 THREADS = 4
@@ -62,11 +61,9 @@ def test_threads_match_serial_and_cpu():
             torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=False, reason="known race, reported: an in-place write reads the storage's base, runs, "
-                   "then swaps the handle; two threads writing views of one storage can lose an update "
-                   "(needs a per-storage lock around read-execute-swap in table_kernel.cpp)")
 def test_threads_writing_disjoint_views_of_one_storage():
-    """Each thread adds into its own row of one shared tensor: no update may be lost."""
+    """Each thread adds into its own row of one shared tensor: no update may be lost, and no buffer may be
+    freed while another thread's program reads it (this once crashed the process: StorageLock)."""
     base = torch.zeros(THREADS, 16, device="tpu")
     steps = 40
 
