@@ -9,12 +9,15 @@
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/eq.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/linspace.h>
+#include <ATen/ops/logspace.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/nonzero_static.h>
 #include <ATen/ops/ones.h>
@@ -369,6 +372,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
   return at::_native_batch_norm_legit(input, weight, bias, rm, rv, true, momentum, eps);
 }
 
+// Factory out= overloads: the functional row computes the value in out's dtype, then out is resized
+// (when its element count differs, as the CPU's kernels do) and written.
+at::Tensor& write_factory_out(const at::Tensor& value, at::Tensor& out) {
+  if (out.numel() != value.numel()) out.resize_({value.numel()});
+  out.copy_(value.reshape(out.sizes()));
+  return out;
+}
+
+at::Tensor& arange_start_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step, at::Tensor& out) {
+  return write_factory_out(at::arange(start, end, step, out.options()), out);
+}
+
+at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, at::Tensor& out) {
+  return write_factory_out(at::linspace(start, end, steps, out.options()), out);
+}
+
+at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, double base, at::Tensor& out) {
+  return write_factory_out(at::logspace(start, end, steps, base, out.options()), out);
+}
+
 }  // namespace
 
 // Called from the Python module's init, after every static initializer (the lowering rows register
@@ -393,6 +416,9 @@ void register_aten_kernels() {
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("native_batch_norm", native_batch_norm);
   m.impl("equal", equal);
+  m.impl("arange.start_out", arange_start_out);
+  m.impl("linspace.out", linspace_out);
+  m.impl("logspace.out", logspace_out);
   m.impl("bincount", bincount);
   m.impl("_unique2", unique2);
   m.impl("unique_consecutive", unique_consecutive);

@@ -121,16 +121,17 @@ struct Lu {
   Value lu, pivots, perm, info;  // pivots: 1-based LAPACK swaps [B, n]; perm: row i of P A is row perm[i] of A
 };
 
-// Doolittle LU with partial pivoting (the first largest |pivot|, as LAPACK's getrf): P A = L U.
+// Doolittle LU with partial pivoting (the first largest |pivot|, as LAPACK's getrf): P A = L U, for
+// a [B, n, q] (m.n rows, any number of columns q; min(n, q) pivots).
 Lu lu_factor(Mat& m, Value a) {
   Builder& b = m.b;
-  const int64_t B = m.B, n = m.n;
-  Dims v{B, n}, d{B, n, n};
-  Value rows = m.iota(1, v), rows3 = m.iota(1, d), cols3 = m.iota(2, d);
+  const int64_t B = m.B, n = m.n, q = a.dims()[2];
+  Dims v{B, n}, d{B, n, q};
+  Value rows = m.iota(1, v), rows3 = m.iota(1, d), cols3 = m.iota(2, d), cols = m.iota(1, {B, q});
   Value perm = rows, info = m.idx(0, {B});
   std::vector<Value> piv;
   Value zero = b.constant(0, Type{a.elem(), v});
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = 0; j < std::min(n, q); ++j) {
     Value below = b.compare(Cmp::GE, rows, m.idx(j, v));
     Value score = b.select(below, b.unary("abs", m.col(a, j)), b.constant(-1, zero.type));
     Value top = reduce(b, score, {1}, "maximum", lowest(b, a.elem()));
@@ -147,7 +148,8 @@ Lu lu_factor(Mat& m, Value a) {
     Value l = b.select(b.compare(Cmp::GT, rows, m.idx(j, v)),
                        b.binary("divide", m.col(a, j), b.broadcast_in_dim(safe, v, {0})), zero);
     l = b.select(b.broadcast_in_dim(singular, v, {0}), zero, l);
-    Value u = b.select(b.compare(Cmp::GT, rows, m.idx(j, v)), m.row(a, j), zero);  // row j right of the pivot
+    Value u = b.select(b.compare(Cmp::GT, cols, m.idx(j, {B, q})), m.row(a, j),
+                       b.constant(0, Type{a.elem(), {B, q}}));  // row j right of the pivot
     a = b.binary("subtract", a, m.outer(l, u));
     Value lcol = b.binary("and", b.compare(Cmp::GT, rows3, m.idx(j, d)), b.compare(Cmp::EQ, cols3, m.idx(j, d)));
     a = b.select(lcol, b.broadcast_in_dim(l, d, {0, 1}), a);
@@ -155,10 +157,10 @@ Lu lu_factor(Mat& m, Value a) {
   return Lu{a, b.concatenate(piv, 1), perm, info};
 }
 
-// The row permutation of LAPACK's 1-based sequential swaps.
+// The row permutation (of m.n rows) of LAPACK's 1-based sequential swaps.
 Value perm_of(Mat& m, Value pivots) {
   Value perm = m.iota(1, {m.B, m.n});
-  for (int64_t j = 0; j < m.n; ++j) {
+  for (int64_t j = 0; j < pivots.dims()[1]; ++j) {
     Value p = m.b.binary("subtract", m.b.reshape(m.b.slice(pivots, {0, j}, {m.B, j + 1}, {1, 1}), {m.B}), m.idx(1, {m.B}));
     perm = m.swap(perm, j, p);
   }
@@ -175,10 +177,12 @@ Value perm_matrix(Mat& m, Value perm, ElementType t) {
 Value bmm3(Builder& b, Value x, Value y) { return b.dot_general(x, y, {0}, {0}, {2}, {1}, x.elem()); }
 Value mT(Builder& b, Value x) { return b.transpose(x, {0, 2, 1}); }
 
-// A X = R from A's LU: X = U^-1 L^-1 P R.
-Value lu_solve(Mat& m, const Lu& f, Value r) {
-  Value pr = bmm3(m.b, perm_matrix(m, f.perm, r.elem()), r);
-  return m.tri_solve(f.lu, m.tri_solve(f.lu, pr, false, true), true, false);
+// A X = R from A's LU (P A = L U): X = U^-1 L^-1 P R; with `transposed`, A^T X = R: X = P^T L^-T U^-T R.
+Value lu_solve(Mat& m, const Lu& f, Value r, bool transposed = false) {
+  Value p = perm_matrix(m, f.perm, r.elem());
+  if (!transposed) return m.tri_solve(f.lu, m.tri_solve(f.lu, bmm3(m.b, p, r), false, true), true, false);
+  Value lut = mT(m.b, f.lu);  // U^T: lower, L^T: unit upper
+  return bmm3(m.b, mT(m.b, p), m.tri_solve(lut, m.tri_solve(lut, r, false, false), true, true));
 }
 
 // Lower Cholesky factor of the symmetric matrix whose lower triangle is a; info: the order of the first
@@ -219,25 +223,26 @@ V constants(Ctx& c, std::initializer_list<size_t> ones) {
   return out;
 }
 
-// The real float matrix argument k as [B, n, n] (batch dims flattened), broadcast to `batch`.
-Value square(Ctx& c, Value a, const Dims& batch, Mat*& out, std::unique_ptr<Mat>& holder) {
+// The real float matrix argument k as [B, n, q] (batch dims flattened), broadcast to `batch`; q == n
+// unless `rectangular`. m.n is the number of rows.
+Value square(Ctx& c, Value a, const Dims& batch, Mat*& out, std::unique_ptr<Mat>& holder, bool rectangular = false) {
   if (!pjrt::is_float(a.elem()) || a.elem() == ElementType::kF16 || a.elem() == ElementType::kBF16)
     throw hlo::Error("linalg: float32/float64 only");
-  const int64_t n = a.dims().back();
-  if (a.dims()[a.rank() - 2] != n) throw hlo::Error("linalg: square matrices only");
-  if (n > kMaxUnrolled) throw hlo::Error("linalg: matrices larger than 64x64 are not lowered");
+  const int64_t n = a.dims()[a.rank() - 2], q = a.dims().back();
+  if (!rectangular && q != n) throw hlo::Error("linalg: square matrices only");
+  if (n > kMaxUnrolled || q > kMaxUnrolled) throw hlo::Error("linalg: matrices larger than 64x64 are not lowered");
   int64_t B = 1;
   for (int64_t x : batch) B *= x;
-  if (B == 0 || n == 0) throw hlo::Error("linalg: empty matrices are not lowered");
+  if (B == 0 || n == 0 || q == 0) throw hlo::Error("linalg: empty matrices are not lowered");
   Dims full = batch;
   full.push_back(n);
-  full.push_back(n);
+  full.push_back(q);
   Dims keep;
   for (int64_t i = 0; i < a.rank(); ++i) keep.push_back(static_cast<int64_t>(full.size()) - a.rank() + i);
   a = c.b.broadcast_in_dim(a, full, keep);
   holder = std::make_unique<Mat>(Mat{c.b, B, n});
   out = holder.get();
-  return c.b.reshape(a, {B, n, n});
+  return c.b.reshape(a, {B, n, q});
 }
 
 Dims batch_of(const Dims& d, int64_t matrix_rank) { return Dims(d.begin(), d.end() - matrix_rank); }
@@ -260,7 +265,7 @@ V lu_factor_row(Ctx& c) {
   if (empty_matrices(c.t(0))) return constants(c, {});
   Mat* m;
   std::unique_ptr<Mat> h;
-  Value a = square(c, c.t(0), batch_of(c.t(0).dims(), 2), m, h);
+  Value a = square(c, c.t(0), batch_of(c.t(0).dims(), 2), m, h, true);
   if (c.has(1) && !c.i(1)) throw hlo::Error("lu_factor: pivot=False is not lowered");
   Lu f = lu_factor(*m, a);
   return V{c.b.reshape(f.lu, c.out_dims(0)), c.b.reshape(f.pivots, c.out_dims(1)), c.b.reshape(f.info, c.out_dims(2))};
@@ -367,13 +372,34 @@ V cholesky_row(Ctx& c, bool upper, bool with_info) {
   return V{r};
 }
 
-// (P, L, U) of an LU: A = P L U.
+// X = A^-1 R for A = L L^T (or U^T U when `upper`) from its Cholesky factor f [B, n, n].
+Value cholesky_solve(Mat& m, Value f, Value r, bool upper) {
+  Value lower = upper ? mT(m.b, f) : f;
+  return m.tri_solve(mT(m.b, lower), m.tri_solve(lower, r, false, false), true, false);
+}
+
+// _cholesky_solve_helper(B, factor, upper) (B already broadcast) and cholesky_inverse(factor, upper).
+V cholesky_solve_row(Ctx& c, bool inverse) {
+  const size_t fk = inverse ? 0 : 1;
+  if (empty_matrices(c.t(fk)) || (!inverse && empty_matrices(c.t(0)))) return constants(c, {});
+  const bool upper = inverse ? c.has(1) && c.i(1) : c.i(2);
+  const Dims& out = c.out_dims(0);
+  Mat* m;
+  std::unique_ptr<Mat> h;
+  Value f = square(c, c.t(fk), batch_of(out, 2), m, h);
+  Value r = inverse ? eye(*m, f.elem()) : rhs(c, c.b.convert(c.t(0), f.elem()), batch_of(out, 2), m->n, false);
+  return one(c.b.reshape(cholesky_solve(*m, f, r, upper), out));
+}
+
+// (P, L, U) of an LU [B, n, q]: A = P L U, L [B, n, k] and U [B, k, q] with k = min(n, q).
 V unpack(Ctx& c, Mat& m, Value lu, Value perm) {
   Builder& b = c.b;
-  Dims d{m.B, m.n, m.n};
-  Value r = m.iota(1, d), k = m.iota(2, d), zero = b.constant(0, lu.type);
-  Value l = b.select(b.compare(Cmp::GT, r, k), lu, b.select(b.compare(Cmp::EQ, r, k), b.constant(1, lu.type), zero));
-  Value u = b.select(b.compare(Cmp::LE, r, k), lu, zero);
+  const int64_t q = lu.dims()[2], k = std::min(m.n, q);
+  Value rows = m.iota(1, lu.dims()), cols = m.iota(2, lu.dims()), zero = b.constant(0, lu.type);
+  Value l = b.select(b.compare(Cmp::GT, rows, cols), lu,
+                     b.select(b.compare(Cmp::EQ, rows, cols), b.constant(1, lu.type), zero));
+  l = b.slice(l, {0, 0, 0}, {m.B, m.n, k}, {1, 1, 1});
+  Value u = b.slice(b.select(b.compare(Cmp::LE, rows, cols), lu, zero), {0, 0, 0}, {m.B, k, q}, {1, 1, 1});
   Value p = mT(b, perm_matrix(m, perm, lu.elem()));
   V out{p, l, u};
   for (size_t i = 0; i < 3; ++i) out[i] = c.wanted(i) && count_of(c.out_dims(i)) > 0 ? b.reshape(out[i], c.out_dims(i)) : b.constant(0, c.out(i));
@@ -923,6 +949,8 @@ const Rows rows = {
     {{"linalg_inv_ex", "linalg_inv_ex.inverse"}, inv_row},
     {{"linalg_cholesky_ex", "linalg_cholesky_ex.L"}, [](Ctx& c) { return cholesky_row(c, c.has(1) && c.i(1), true); }},
     {{"cholesky", "cholesky.out"}, [](Ctx& c) { return cholesky_row(c, c.has(1) && c.i(1), false); }},
+    {{"_cholesky_solve_helper"}, [](Ctx& c) { return cholesky_solve_row(c, false); }},
+    {{"cholesky_inverse", "cholesky_inverse.out"}, [](Ctx& c) { return cholesky_solve_row(c, true); }},
     {{"linalg_solve_triangular", "linalg_solve_triangular.out"}, [](Ctx& c) {
        return one(triangular(c, c.t(0), c.t(1), c.i(2), !c.has(3) || c.i(3), c.has(4) && c.i(4), false));
      }},
@@ -937,7 +965,7 @@ const Rows rows = {
        std::unique_ptr<Mat> h;
        if (c.has(1) && !c.i(1)) throw hlo::Error("linalg.lu: pivot=False is not lowered");
        if (empty_matrices(c.t(0))) return constants(c, {});
-       Value a = square(c, c.t(0), batch_of(c.t(0).dims(), 2), m, h);
+       Value a = square(c, c.t(0), batch_of(c.t(0).dims(), 2), m, h, true);
        Lu f = lu_factor(*m, a);
        return unpack(c, *m, f.lu, f.perm);
      }},
@@ -945,12 +973,14 @@ const Rows rows = {
        Mat* m;
        std::unique_ptr<Mat> h;
        if (empty_matrices(c.t(0))) return constants(c, {});
-       Value lu = square(c, c.t(0), batch_of(c.t(0).dims(), 2), m, h);
-       Value piv = c.b.reshape(c.b.convert(c.t(1), ElementType::kS64), {m->B, m->n});
+       Value lu = square(c, c.t(0), batch_of(c.t(0).dims(), 2), m, h, true);
+       const int64_t k = std::min(m->n, lu.dims()[2]);
+       Value piv = c.b.reshape(c.b.convert(c.t(1), ElementType::kS64), {m->B, k});
        return unpack(c, *m, lu, perm_of(*m, piv));
      }},
     {{"linalg_lu_solve", "linalg_lu_solve.out"}, [](Ctx& c) {
-       if ((c.has(3) && !c.i(3)) || (c.has(4) && c.i(4))) throw hlo::Error("lu_solve: left=False / adjoint are not lowered");
+       // (LU, pivots, B, left, adjoint); X A = B is solved as A^T X^T = B^T
+       const bool left = !c.has(3) || c.i(3), adjoint = c.has(4) && c.i(4);
        Builder& b = c.b;
        if (empty_matrices(c.t(0)) || empty_matrices(c.t(2))) return constants(c, {});
        const Dims& out = c.out_dims(0);
@@ -965,7 +995,10 @@ const Rows rows = {
        for (int64_t i = 0; i < piv.rank(); ++i) keep.push_back(static_cast<int64_t>(pd.size()) - piv.rank() + i);
        piv = b.reshape(b.broadcast_in_dim(b.convert(piv, ElementType::kS64), pd, keep), {m->B, m->n});
        Lu f{lu, piv, perm_of(*m, piv), Value{}};
-       return one(b.reshape(lu_solve(*m, f, rhs(c, b.convert(c.t(2), lu.elem()), batch, m->n, false)), out));
+       Value r = b.convert(c.t(2), lu.elem());
+       if (left) return one(b.reshape(lu_solve(*m, f, rhs(c, r, batch, m->n, false), adjoint), out));
+       Value rt = mT(b, rhs(c, r, batch, r.dims()[r.rank() - 2], false));
+       return one(b.reshape(mT(b, lu_solve(*m, f, rt, !adjoint)), out));
      }},
     // orthogonal factorizations (Householder and Jacobi, above)
     {{"linalg_qr", "linalg_qr.out"}, qr_row},

@@ -1,4 +1,5 @@
-"""QR, symmetric eigendecomposition and SVD (csrc/lowering/linalg.cpp: Householder and Jacobi) against
+"""LU (rectangular too) and its solves, Cholesky solves, QR, symmetric eigendecomposition and SVD
+(csrc/lowering/linalg.cpp: LU with partial pivoting, substitutions, Householder and Jacobi) against
 the CPU's LAPACK results on the same inputs. Eigenvectors and singular vectors are unique only up to sign:
 they are compared as PyTorch's own OpInfo samples compare them (absolute values, U @ Vh), and checked by
 reconstruction and orthogonality."""
@@ -227,3 +228,54 @@ def test_gradients():
     grads(u_vh, well_separated(4, 6))
     grads(lambda a: torch.linalg.matrix_norm(a, ord="nuc"), well_separated(5, 4))
     grads(torch.linalg.pinv, well_separated(5, 4))
+
+
+# ------------------------------------------------------------------------------------------------ LU
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 5), (7, 5), (2, 3, 4, 6), (2, 6, 4)])
+def test_lu_rectangular_matches_cpu(shape, fallback_policy):
+    fallback_policy("error")
+    a = torch.randn(*shape)
+    check(torch.linalg.lu_factor_ex, a)
+    check(torch.linalg.lu, a, atol=1e-5, rtol=1e-5)
+    lu, piv = torch.linalg.lu_factor(a)
+    check(torch.lu_unpack, lu, piv, atol=1e-5, rtol=1e-5)
+    check(lambda x, p: torch.lu_unpack(x, p, unpack_data=False), lu, piv)
+    check(lambda x, p: torch.lu_unpack(x, p, unpack_pivots=False), lu, piv)
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [True, False])
+def test_lu_solve_left_and_adjoint(left, adjoint, fallback_policy):
+    fallback_policy("error")
+    a = torch.randn(2, 4, 4) + 4 * torch.eye(4)
+    b = torch.randn(2, 4, 3) if left else torch.randn(2, 3, 4)
+    lu, piv = torch.linalg.lu_factor(a)
+    x = check(lambda *t: torch.linalg.lu_solve(*t, left=left, adjoint=adjoint), lu, piv, b, atol=1e-5, rtol=1e-5)
+    am = a.mT if adjoint else a
+    torch.testing.assert_close(am @ x.cpu() if left else x.cpu() @ am, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve_and_inverse(upper, fallback_policy):
+    fallback_policy("error")
+    m = torch.randn(3, 5, 5, dtype=torch.float64)
+    a = m @ m.mT + 5 * torch.eye(5, dtype=torch.float64)
+    f = torch.linalg.cholesky(a, upper=upper)
+    b = torch.randn(5, 2, dtype=torch.float64)  # broadcast over the batch
+    check(lambda bb, ff: torch.cholesky_solve(bb, ff, upper=upper), b, f)
+    check(lambda ff: torch.cholesky_inverse(ff, upper=upper), f)
+    check(lambda ff: torch.cholesky_inverse(ff, upper=upper), f[0].float(), atol=1e-5, rtol=1e-5)
+    check(lambda ff: torch.cholesky_inverse(ff), torch.zeros(0, 0))
+
+
+def test_factory_out_overloads(fallback_policy):
+    fallback_policy("error")
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        check(lambda o: torch.arange(1, 9, 2, out=o), torch.empty(0, dtype=dtype))
+        if dtype.is_floating_point:
+            check(lambda o: torch.arange(0.5, 3.5, 0.5, out=o), torch.empty(6, dtype=dtype))
+            check(lambda o: torch.linspace(-1, 2, 7, out=o), torch.empty(3, dtype=dtype))
+            check(lambda o: torch.logspace(0, 2, 5, base=3.0, out=o), torch.empty(5, dtype=dtype))
+    check(lambda x: torch.mvlgamma(x, 3), torch.rand(4, 5) + 2)
