@@ -48,12 +48,44 @@ Value floor_divide(Builder& b, Value a, Value d) {
   return b.select(b.compare(Cmp::EQ, div, zero), signed_zero, fl);
 }
 
-Value divide(Ctx& c, size_t a, size_t d, size_t mode) {
-  std::string m = c.has(mode) ? c.arg(mode).s : "";
-  Value x = operand(c, a), y = operand(c, d);
-  if (m.empty()) return c.b.binary("divide", x, y);
-  if (m == "trunc") return pjrt::is_integral(x.elem()) ? c.b.binary("divide", x, y) : trunc(c.b, c.b.binary("divide", x, y));
-  return floor_divide(c.b, x, y);
+// torch's CPU kernels of mul, div (every rounding mode) and floor_divide for f16/bf16 results read a
+// one-element second operand (a Python number, a 0-d tensor, any tensor of one element) at its own
+// precision and compute in f32, rounding once (TensorIterator's original_scalar_value): bf16 1.8516 times
+// a float32 0-d 4.1332 is 7.6562 there, not 1.8516 * 4.125.
+bool opmath_scalar(const Ctx& c, size_t b) {
+  ElementType t = c.out_type();
+  if (t != ElementType::kBF16 && t != ElementType::kF16) return false;
+  const Arg& a = c.arg(b);
+  if (a.kind == Arg::kScalar) return true;
+  if (a.kind != Arg::kTensor || !a.value.valid()) return false;
+  int64_t n = 1;
+  for (int64_t d : a.value.dims()) n *= d;
+  return n == 1;
+}
+
+// fn(a, b) as those kernels compute it: in f32 when opmath_scalar(c, b), rounded once to the output type
+// (the first operand goes to the result type first, TensorIterator's common dtype; the one-element second
+// one to f32 straight from its own type); otherwise on both operands converted to the output type.
+template <typename Fn>
+Value opmath_binary(Ctx& c, size_t a, size_t b, Fn fn) {
+  if (!opmath_scalar(c, b)) return fn(c.b, operand(c, a), operand(c, b));
+  Value x = c.b.convert(operand(c, a), ElementType::kF32);
+  return c.b.convert(fn(c.b, x, operand(c, b, ElementType::kF32, c.out_dims())), c.out_type());
+}
+
+// div with rounding `mode` (argument index; none: true division); floor: floor_divide.
+Value divide(Ctx& c, size_t a, size_t d, size_t mode, bool floor = false) {
+  std::string m = floor ? "floor" : c.has(mode) ? c.arg(mode).s : "";
+  return opmath_binary(c, a, d, [&m](Builder& b, Value x, Value y) {
+    if (m.empty()) return b.binary("divide", x, y);
+    if (m == "trunc") return pjrt::is_integral(x.elem()) ? b.binary("divide", x, y) : trunc(b, b.binary("divide", x, y));
+    return floor_divide(b, x, y);
+  });
+}
+
+Value multiply(Ctx& c) {
+  if (c.out_type() == ElementType::kPred) return binary_op(c, "and");
+  return opmath_binary(c, 0, 1, [](Builder& b, Value x, Value y) { return b.binary("multiply", x, y); });
 }
 
 // remainder with Python semantics: a nonzero result takes the divisor's sign.
@@ -126,21 +158,15 @@ const Rows rows = {
        Value x = operand(c, 1), y = c.b.binary("multiply", operand(c, 0), operand(c, 2));
        return one(c.b.binary("subtract", x, y));
      }},
-    {{"mul.Tensor", "mul_.Tensor", "mul.out"}, [](Ctx& c) {
-       return one(c.out_type() == ElementType::kPred ? binary_op(c, "and") : binary_op(c, "multiply"));
-     }},
-    {{"mul.Scalar", "mul_.Scalar", "mul.Scalar_out"}, [](Ctx& c) {
-       return one(c.out_type() == ElementType::kPred ? binary_op(c, "and") : binary_op(c, "multiply"));
-     }},
+    {{"mul.Tensor", "mul_.Tensor", "mul.out"}, [](Ctx& c) { return one(multiply(c)); }},
+    {{"mul.Scalar", "mul_.Scalar", "mul.Scalar_out"}, [](Ctx& c) { return one(multiply(c)); }},
     {{"div.Tensor", "div_.Tensor", "div.out"}, [](Ctx& c) { return one(divide(c, 0, 1, 99)); }},
     {{"div.Scalar", "div_.Scalar", "div.Scalar_out"}, [](Ctx& c) { return one(divide(c, 0, 1, 99)); }},
     {{"div.Tensor_mode", "div_.Tensor_mode", "div.out_mode"}, [](Ctx& c) { return one(divide(c, 0, 1, 2)); }},
     {{"div.Scalar_mode", "div_.Scalar_mode", "div.Scalar_mode_out"}, [](Ctx& c) { return one(divide(c, 0, 1, 2)); }},
-    {{"floor_divide", "floor_divide_.Tensor", "floor_divide.out"}, [](Ctx& c) {
-       return one(floor_divide(c.b, operand(c, 0), operand(c, 1)));
-     }},
+    {{"floor_divide", "floor_divide_.Tensor", "floor_divide.out"}, [](Ctx& c) { return one(divide(c, 0, 1, 99, true)); }},
     {{"floor_divide.Scalar", "floor_divide_.Scalar", "floor_divide.Scalar_out"}, [](Ctx& c) {
-       return one(floor_divide(c.b, operand(c, 0), operand(c, 1)));
+       return one(divide(c, 0, 1, 99, true));
      }},
     {{"remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out"}, [](Ctx& c) { return one(remainder(c)); }},
     {{"remainder.Scalar", "remainder_.Scalar", "remainder.Scalar_out"}, [](Ctx& c) { return one(remainder(c)); }},

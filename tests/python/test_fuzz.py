@@ -58,3 +58,24 @@ def test_found_resized_out_takes_the_results_layout():
         if dev == "cpu":
             want = (out.stride(), out.clone())
     assert out.stride() == want[0] and torch.equal(out.cpu(), want[1])
+
+
+def test_found_half_precision_times_one_element_operand_rounds_once():
+    """Found by a long run (seed 7): the CPU's mul, div and floor division of f16/bf16 read a one-element
+    second operand (0-d tensor, Python number, tensor of one element) at its own precision and round once;
+    "tpu" rounded that operand to bf16 first (1.8516 * 4.1332 gave 7.625, the CPU 7.6562)."""
+    fuzz.replay("""
+t0 = make((1,), torch.bfloat16, 50, dev, special=True)
+t1 = make((), torch.float32, 28, dev)
+t2 = torch.mul(t0, t1)
+""", quiet=True)
+    x = (torch.randn(64, generator=torch.Generator().manual_seed(0)) * 40)
+    ops = [torch.mul, torch.div, torch.floor_divide, lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+           lambda a, b: a.clone().mul_(b), lambda a, b: b * a, torch.add, torch.remainder]
+    for dt in (torch.bfloat16, torch.float16):
+        xs = x.to(dt)
+        for other in (torch.tensor(4.1332), torch.tensor([257]), 4.1332, 257, torch.tensor(4.1332, dtype=torch.float64)):
+            o = other.to("tpu") if isinstance(other, torch.Tensor) else other
+            for f in ops:
+                want, got = f(xs, other), f(xs.to("tpu"), o)
+                assert got.dtype == want.dtype and torch.equal(got.cpu(), want), (dt, other, f)
