@@ -309,26 +309,28 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   return at::zeros({std::max(hi + 1, minlength)}, opts).index_add_(0, self.to(at::kLong), w);
 }
 
-// Unique values of a flat sequence whose equal values are adjacent (`seq`), `order` mapping its
-// positions back to the input's (undefined: the identity): the count of distinct runs is the one sync.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_runs(const at::Tensor& self, const at::Tensor& seq,
-                                                           const at::Tensor& order, bool return_inverse,
-                                                           bool return_counts) {
-  const int64_t n = seq.numel();
-  auto longs = self.options().dtype(at::kLong);
+// Unique runs of `seq` [n] or [n, m] (slices along dim 0) whose equal values are adjacent, `order`
+// mapping its positions back to the input's (undefined: the identity): the count of runs is the one
+// sync. The inverse takes `inverse_sizes`.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_runs(const at::Tensor& seq, const at::Tensor& order,
+                                                           bool return_inverse, bool return_counts,
+                                                           at::IntArrayRef inverse_sizes) {
+  const int64_t n = seq.size(0);
+  auto longs = seq.options().dtype(at::kLong);
   if (n == 0) {
-    return {at::empty({0}, self.options()), return_inverse ? at::zeros(self.sizes(), longs) : at::empty({0}, longs),
-            return_counts ? at::empty({0}, longs) : at::empty({0}, longs)};
+    return {seq, return_inverse ? at::zeros(inverse_sizes, longs) : at::empty({0}, longs), at::empty({0}, longs)};
   }
-  at::Tensor first = at::ones({1}, self.options().dtype(at::kBool));
-  at::Tensor fresh = at::cat({first, at::ne(seq.slice(0, 1), seq.slice(0, 0, n - 1))});  // a run starts here
+  at::Tensor first = at::ones({1}, seq.options().dtype(at::kBool));
+  at::Tensor step = at::ne(seq.slice(0, 1), seq.slice(0, 0, n - 1));
+  if (seq.dim() == 2) step = step.any(1);
+  at::Tensor fresh = at::cat({first, step});  // a run starts here
   const int64_t k = fresh.sum().item<int64_t>();  // the sync
   at::Tensor starts = at::nonzero_static(fresh, k, -1).reshape({k});
   at::Tensor values = seq.index_select(0, starts);
   at::Tensor inverse = at::empty({0}, longs), counts = at::empty({0}, longs);
   if (return_inverse) {
     at::Tensor run = at::cumsum(fresh, 0, at::kLong).sub_(1);
-    inverse = (order.defined() ? at::empty({n}, longs).scatter_(0, order, run) : run).reshape(self.sizes());
+    inverse = (order.defined() ? at::empty({n}, longs).scatter_(0, order, run) : run).reshape(inverse_sizes);
   }
   if (return_counts) {
     at::Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, longs)});
@@ -341,18 +343,55 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, b
                                                        bool return_inverse, bool return_counts) {
   at::Tensor flat = self.reshape({-1});
   auto [sorted, order] = at::sort(flat, /*stable=*/true, 0, false);
-  return unique_runs(self, sorted, order, return_inverse, return_counts);
+  return unique_runs(sorted, order, return_inverse, return_counts, self.sizes());
+}
+
+// Unique slices along `dim` (dim moved first, slices flattened), sorted lexicographically as the CPU's
+// kernel sorts them (stable sorts by each column, last column first), or only consecutive runs.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_slices(const at::Tensor& self, int64_t dim, bool sorted,
+                                                             bool return_inverse, bool return_counts) {
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  const int64_t n = self.size(dim);
+  at::Tensor moved = self.movedim(dim, 0);
+  at::Tensor rows = moved.reshape({n, -1});
+  at::Tensor order;
+  if (sorted && n > 1) {
+    order = at::arange(n, self.options().dtype(at::kLong));
+    for (int64_t j = rows.size(1) - 1; j >= 0; --j) {
+      at::Tensor key = rows.select(1, j).index_select(0, order);
+      order = order.index_select(0, std::get<1>(at::sort(key, /*stable=*/true, 0, false)));
+    }
+    rows = rows.index_select(0, order);
+  }
+  auto [values, inverse, counts] = unique_runs(rows, order, return_inverse, return_counts, {n});
+  std::vector<int64_t> sizes = moved.sizes().vec();
+  sizes[0] = values.size(0);
+  return {values.reshape(sizes).movedim(0, dim), inverse, counts};
+}
+
+// unique with dim= over a tensor without elements: the CPU's checks, then empty results.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_of_empty(const at::Tensor& self, int64_t dim) {
+  int64_t zeros = 0;
+  for (int64_t s : self.sizes()) zeros += s == 0;
+  TORCH_CHECK(zeros <= 1, "Number of zero sized dimensions is more than one, so unique cannot be applied ");
+  TORCH_CHECK(self.size(dim) == 0, "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  auto longs = self.options().dtype(at::kLong);
+  return {at::empty(self.sizes(), self.options()), at::empty({0}, longs), at::empty({0}, longs)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
                                                                   bool return_counts, std::optional<int64_t> dim) {
-  if (dim.has_value() && self.dim() > 1) {  // runs of slices: the CPU fallback, under its policy
-    static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::unique_consecutive", "");
-    torch::jit::Stack stack{self, return_inverse, return_counts, dim};
-    run_fallback(op, &stack, "dim= on a tensor of more than one dimension");
-    return {stack[0].toTensor(), stack[1].toTensor(), stack[2].toTensor()};
-  }
-  return unique_runs(self, self.reshape({-1}), at::Tensor(), return_inverse, return_counts);
+  if (!dim.has_value() || self.dim() <= 1)
+    return unique_runs(self.reshape({-1}), at::Tensor(), return_inverse, return_counts, self.sizes());
+  if (self.numel() == 0) return unique_of_empty(self, c10::maybe_wrap_dim(*dim, self.dim()));
+  return unique_slices(self, *dim, false, return_inverse, return_counts);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim(const at::Tensor& self, int64_t dim, bool /*sorted*/,
+                                                          bool return_inverse, bool return_counts) {
+  dim = c10::maybe_wrap_dim(dim, self.dim(), /*wrap_scalar=*/false);
+  if (self.numel() == 0) return unique_of_empty(self, dim);
+  return unique_slices(self, dim, true, return_inverse, return_counts);
 }
 
 // native_batch_norm updates running statistics without saying so in its schema; route it to the
@@ -422,6 +461,7 @@ void register_aten_kernels() {
   m.impl("bincount", bincount);
   m.impl("_unique2", unique2);
   m.impl("unique_consecutive", unique_consecutive);
+  m.impl("unique_dim", unique_dim);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_.source_Storage", set_source_storage);

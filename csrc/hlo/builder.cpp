@@ -1,5 +1,7 @@
 #include "hlo/builder.h"
 
+#include <limits>
+
 #include <cstring>
 #include <sstream>
 
@@ -303,6 +305,21 @@ Value Builder::convert(Value a, ElementType to) {
     // nonzero -> true, like torch; a plain convert would do the same but keep NaN explicit
     return compare(Cmp::NE, a, constant(0, a.type));
   }
+#if defined(__x86_64__) || defined(_M_X64)
+  if (pjrt::is_float(a.elem()) && (pjrt::is_integral(to) && to != ElementType::kU32 && to != ElementType::kU64)) {
+    // torch's CPU kernels on x86: a float converts through int32 (int64 for int64 results) with the
+    // instruction's "integer indefinite" (the lowest value) for NaN and out-of-range values, then wraps to
+    // narrower types; XLA saturates instead (as torch's kernels do on ARM hosts).
+    const ElementType wide = to == ElementType::kS64 ? ElementType::kS64 : ElementType::kS32;
+    const double limit = wide == ElementType::kS64 ? 9223372036854775808.0 : 2147483648.0;
+    Value x = a.elem() == ElementType::kF16 || a.elem() == ElementType::kBF16 ? convert(a, ElementType::kF32) : a;
+    Value in_range = binary("and", compare(Cmp::GE, x, constant(-limit, x.type)), compare(Cmp::LT, x, constant(limit, x.type)));
+    Type wt{wide, a.type.dims};
+    Value w = select(in_range, emit("stablehlo.convert", {x}, "", {wt})[0],
+                     constant_i(wide == ElementType::kS64 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int32_t>::min(), wt));
+    return wide == to ? w : emit("stablehlo.convert", {w}, "", {Type{to, a.type.dims}})[0];
+  }
+#endif
   return emit("stablehlo.convert", {a}, "", {Type{to, a.type.dims}})[0];
 }
 

@@ -682,6 +682,7 @@ const Rows rows = {
          x = as_vector(c.b, x);
          index = as_vector(c.b, index);
        }
+       if (numel(c.out_dims()) == 0) return one(c.b.constant(0, c.out()));  // an empty index of any rank
        if (index.rank() != x.rank()) throw hlo::Error("gather: index rank differs from self");
        return one(c.b.reshape(gather_dim(c.b, x, dim, index), c.out_dims()));
      }},

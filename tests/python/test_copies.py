@@ -486,3 +486,15 @@ def test_resize_empty_then_fill():
     assert torch.equal(t.cpu(), torch.full((3, 4), 5, dtype=torch.int32))
     u = torch.empty(0, device="tpu").resize_as_(torch.empty(2, 5))
     assert u.shape == (2, 5) and u.device.type == "tpu"
+
+
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_float_to_int_conversions_out_of_range_match_cpu(src, fallback_policy):
+    """NaN, infinities and values beyond the target's range convert as torch's CPU kernels do on this
+    host (on x86: through int32/int64 with the lowest value for out-of-range, then wrapped)."""
+    fallback_policy("error")
+    x = torch.tensor([-1e10, -3e9, -2.0**31 - 1000, -70000, -300, -129, -8.5, -1, -0.5, 0.5, 200, 255.9, 256,
+                      300, 70000, 3e9, 1e10, 1e20, math.inf, -math.inf, math.nan]).to(src)
+    for dt in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool):
+        got = x.to("tpu").to(dt).cpu()
+        assert torch.equal(got, x.to(dt)), (src, dt, got, x.to(dt))

@@ -571,3 +571,23 @@ def test_factories_run_natively():
     torch.linspace(0, 1, 5, device="tpu").sum().item()
     torch.eye(3, device="tpu").sum().item()
     assert torch_pjrt.metrics()["fallback_total"] == before
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unique_and_unique_consecutive_with_dim(dim, fallback_policy):
+    fallback_policy("error")
+    x = torch.tensor([[1, 2, 1, 1], [3, 0, 3, 3], [1, 2, 1, 1], [1, 2, 1, 0]])
+    x = torch.cat([x, x[:1]], 0)  # equal slices, not adjacent
+    for t in (x, x.float(), x.bool()):
+        for inv in (False, True):
+            check(lambda a: torch.unique(a, dim=dim, return_inverse=inv, return_counts=True), t)
+            check(lambda a: torch.unique_consecutive(a, dim=dim, return_inverse=inv, return_counts=True), t)
+    check(lambda a: torch.unique(a, dim=1, return_inverse=True, return_counts=True), torch.empty(5, 0, 5))
+    for d in (0, 2):  # a zero-sized dim that is not selected: the CPU's error
+        with pytest.raises(RuntimeError, match="0 sized dimensions"):
+            torch.unique(torch.empty(5, 0, 5, device="tpu"), dim=d)
+
+
+def test_gather_with_an_empty_index_of_another_rank(fallback_policy):
+    fallback_policy("error")
+    check(lambda a, i: torch.gather(a, 0, i), torch.randn(5), torch.empty(2, 0, dtype=torch.long))
