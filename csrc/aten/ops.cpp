@@ -21,6 +21,7 @@
 #include <ATen/ops/ne.h>
 #include <ATen/ops/nonzero_static.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/searchsorted.h>
 #include <ATen/ops/sort.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
@@ -309,6 +310,23 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   return at::zeros({std::max(hi + 1, minlength)}, opts).index_add_(0, self.to(at::kLong), w);
 }
 
+// repeat_interleave(repeats): position p holds the i with cum[i-1] <= p < cum[i]; the length (and the
+// sign check) is the one sync unless output_size is given.
+at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK_NOT_IMPLEMENTED(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+                              "\"repeat_interleave_cpu\" not implemented for '", c10::toString(repeats.scalar_type()), "'");
+  if (repeats.numel() == 0) return at::empty({0}, repeats.options());
+  at::Tensor cum = at::cumsum(repeats, 0, at::kLong);
+  at::Tensor facts = at::stack({repeats.min().to(at::kLong), cum[-1]}).cpu();  // the sync
+  TORCH_CHECK(facts[0].item<int64_t>() >= 0, "repeats can not be negative");
+  const int64_t total = facts[1].item<int64_t>();
+  TORCH_CHECK(!output_size || output_size->guard_int(__FILE__, __LINE__) == total,
+              "allocated size does not match required size");
+  at::Tensor pos = at::arange(total, cum.options());
+  return at::searchsorted(cum, pos, /*out_int32=*/false, /*right=*/true).to(repeats.scalar_type());
+}
+
 // Unique runs of `seq` [n] or [n, m] (slices along dim 0) whose equal values are adjacent, `order`
 // mapping its positions back to the input's (undefined: the identity): the count of runs is the one
 // sync. The inverse takes `inverse_sizes`.
@@ -462,6 +480,7 @@ void register_aten_kernels() {
   m.impl("_unique2", unique2);
   m.impl("unique_consecutive", unique_consecutive);
   m.impl("unique_dim", unique_dim);
+  m.impl("repeat_interleave.Tensor", repeat_interleave);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_.source_Storage", set_source_storage);

@@ -591,3 +591,18 @@ def test_unique_and_unique_consecutive_with_dim(dim, fallback_policy):
 def test_gather_with_an_empty_index_of_another_rank(fallback_policy):
     fallback_policy("error")
     check(lambda a, i: torch.gather(a, 0, i), torch.randn(5), torch.empty(2, 0, dtype=torch.long))
+
+
+def test_repeat_interleave_with_tensor_repeats(fallback_policy):
+    fallback_policy("error")
+    for dt in (torch.int64, torch.int32):
+        r = torch.tensor([2, 0, 3, 1], dtype=dt)
+        check(torch.repeat_interleave, r)
+        check(lambda t: torch.repeat_interleave(t, output_size=6), r)
+        check(lambda x, t: torch.repeat_interleave(x, t, dim=0), torch.randn(4, 3), r)
+    check(torch.repeat_interleave, torch.tensor([], dtype=torch.long))
+    for bad, msg in ((torch.tensor([1, -1]), "negative"), (torch.tensor([[1]]), "1D")):
+        with pytest.raises(RuntimeError, match=msg):
+            torch.repeat_interleave(bad.to("tpu"))
+    with pytest.raises(RuntimeError, match="does not match"):
+        torch.repeat_interleave(torch.tensor([2, 0, 3], device="tpu"), output_size=4)
