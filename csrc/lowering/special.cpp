@@ -178,10 +178,12 @@ Value erfcx(Ctx& c) {
 }
 
 // The Hurwitz zeta function zeta(x, q), following the Euler-Maclaurin evaluation of torch's CPU kernel
-// in the input's precision: s = sum of (q + i)^-x for i = 0.. while i < 9 or q + i <= 9 (returning
+// in its accumulation type (double; the result rounds to the input's type): s = sum of (q + i)^-x for i = 0.. while i < 9 or q + i <= 9 (returning
 // early once a term no longer changes s), then the remainder and 12 Bernoulli corrections. The terms
 // are computed side by side along a new axis of 40 (exact for q >= -30) and summed by a prefix sum.
 Value zeta_values(Builder& b, Value x, Value q) {
+  if (x.elem() != ElementType::kF64)
+    return b.convert(zeta_values(b, b.convert(x, ElementType::kF64), b.convert(q, ElementType::kF64)), x.elem());
   const int64_t K = 40;
   const Dims& d = x.dims();
   const int64_t r = x.rank();
@@ -284,11 +286,11 @@ Value polygamma(Ctx& c) {
     return b.select(zero, b.unary("negate", div(b, like(b, 1, x), x)), b.chlo_unary("digamma", x));
   }
   if (n == 1) return trigamma(b, x);
-  double fact = 1;
-  for (int64_t i = 2; i <= n; ++i) fact *= static_cast<double>(i);
+  // the CPU's +-exp(lgamma(n + 1)) * zeta(n + 1, x), the factor rounded to the input's type as there
+  double fact = x.elem() == ElementType::kF64 ? std::exp(std::lgamma(static_cast<double>(n) + 1))
+                                               : std::exp(std::lgamma(static_cast<float>(n) + 1.0f));
   Value z = zeta_values(b, like(b, static_cast<double>(n + 1), x), x);
-  Value r = mul(b, b.convert(z, ElementType::kF64), b.constant((n % 2 ? 1.0 : -1.0) * fact, Type{ElementType::kF64, x.dims()}));
-  return b.convert(r, x.elem());
+  return mul(b, like(b, (n % 2 ? 1.0 : -1.0) * fact, z), z);
 }
 
 Value zeta(Ctx& c) {

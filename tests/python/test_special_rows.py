@@ -105,3 +105,13 @@ def test_digamma_zero_and_sgn_nan():
     check(torch.digamma, x)
     check(lambda t: torch.polygamma(0, t), x)
     check(torch.sgn, x)
+
+
+def test_zeta_in_double_as_the_cpu(fallback_policy):
+    """torch's CPU kernel evaluates zeta in double for float inputs: large exponents whose float
+    Euler-Maclaurin factors overflow still give the CPU's 0, not NaN."""
+    fallback_policy("error")
+    x = torch.tensor([501.0, 501, 1001.2, 30, 40, 2.5, 7])
+    q = torch.tensor([501.0, 1001.2, 501, 2, 3.5, 0.75, 12])
+    check(torch.special.zeta, x, q)
+    check(lambda t: torch.polygamma(4, t), torch.linspace(0.1, 20, 50))
