@@ -100,6 +100,11 @@ Value operand(Ctx& c, size_t k, ElementType type, const Dims& dims) {
   } else {
     v = c.t(k);
   }
+  if (v.elem() == ElementType::kPred && is_float_or_complex(type)) {
+    // through u8: XLA rewrites x * convert(mask) and x / convert(mask) to selects, which lose
+    // inf * 0 = NaN, 0 / 0 = NaN and the sign of -1 * 0; a bool operand is 0 or 1 like any other number
+    v = c.b.convert(v, ElementType::kU8);
+  }
   return c.b.broadcast_to(c.b.convert(v, type), dims);
 }
 

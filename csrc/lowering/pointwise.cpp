@@ -45,7 +45,8 @@ Value floor_divide(Builder& b, Value a, Value d) {
   // zero quotient keeps the sign of the true quotient
   Value q = b.binary("divide", a, d);
   Value signed_zero = b.binary("multiply", zero, q);
-  return b.select(b.compare(Cmp::EQ, div, zero), signed_zero, fl);
+  // a zero divisor gives the IEEE quotient (1 // 0.0 is inf)
+  return b.select(b.compare(Cmp::EQ, d, zero), q, b.select(b.compare(Cmp::EQ, div, zero), signed_zero, fl));
 }
 
 // torch's CPU kernels of mul, div (every rounding mode) and floor_divide for f16/bf16 results read a
@@ -83,9 +84,44 @@ Value divide(Ctx& c, size_t a, size_t d, size_t mode, bool floor = false) {
   });
 }
 
+// The element type argument k arrives in (a tensor's, or a Python number's: f64, s64, pred or c128).
+ElementType arg_elem(const Ctx& c, size_t k) {
+  const Arg& a = c.arg(k);
+  if (a.value.valid()) return a.value.elem();
+  return a.kind == Arg::kScalar ? a.scalar_type : ElementType::kInvalid;
+}
+
 Value multiply(Ctx& c) {
   if (c.out_type() == ElementType::kPred) return binary_op(c, "and");
-  return opmath_binary(c, 0, 1, [](Builder& b, Value x, Value y) { return b.binary("multiply", x, y); });
+  auto mul_fn = [](Builder& b, Value x, Value y) { return b.binary("multiply", x, y); };
+  size_t p = arg_elem(c, 1) == ElementType::kPred ? 1 : arg_elem(c, 0) == ElementType::kPred ? 0 : 2;
+  if (p == 2 || !is_float_or_complex(c.out_type())) return opmath_binary(c, 0, 1, mul_fn);
+  // float times bool: XLA rewrites x * convert(mask) to select(mask, x, 0), which loses inf * 0 = NaN and
+  // -1 * 0 = -0.0; the product with 0 is spelled out so that it stays
+  Value x = operand(c, 1 - p), mask = operand(c, p, ElementType::kPred, c.out_dims());
+  return c.b.select(mask, x, mul_fn(c.b, x, like(c.b, 0, x)));
+}
+
+// pow(Tensor, Scalar): the CPU kernels of f32, f64, bf16 and complex results take sqrt, rsqrt and
+// reciprocal for the exponents 0.5, -0.5 and -1 (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where C's pow
+// gives 0.0 and inf), and those of f32, f64 and bf16 x * x, x * x * x and 1 / (x * x) for 2, 3 and -2
+// (rounding each product: bf16 differs from pow there); f16 and integers use pow.
+Value pow_tensor_scalar(Ctx& c) {
+  Value x = operand(c, 0), r = c.b.binary("power", x, operand(c, 1));
+  ElementType t = c.out_type();
+  if (t == ElementType::kF16 || !is_float_or_complex(t) || pjrt::is_complex(arg_elem(c, 1))) return r;
+  Value e = operand(c, 1, ElementType::kF64, {});
+  auto is = [&](double v) {
+    return c.b.broadcast_to(c.b.compare(Cmp::EQ, e, c.b.scalar(v, ElementType::kF64)), c.out_dims());
+  };
+  auto recip = [&](Value v) { return c.b.binary("divide", like(c.b, 1, v), v); };
+  if (pjrt::is_float(t)) {
+    Value x2 = mul(c.b, x, x);
+    r = c.b.select(is(2), x2, c.b.select(is(3), mul(c.b, x2, x), c.b.select(is(-2), recip(x2), r)));
+  }
+  r = c.b.select(is(-1), recip(x), r);
+  r = c.b.select(is(-0.5), c.b.unary("rsqrt", x), r);
+  return c.b.select(is(0.5), c.b.unary("sqrt", x), r);
 }
 
 // remainder with Python semantics: a nonzero result takes the divisor's sign.
@@ -142,6 +178,19 @@ Value is_inf(Builder& b, Value x, int sign) {
   return b.compare(Cmp::EQ, v, like(b, sign < 0 ? -INFINITY : INFINITY, v));
 }
 
+// torch's lerp: start + w * (end - start) for |w| < 0.5, else end - (end - start) * (1 - w) (exact at w = 1,
+// and lerp(inf, 0, 0.5) is inf, not inf - inf), in f32 for f16/bf16 with the weight at its own precision.
+Value lerp(Ctx& c) {
+  ElementType t = c.out_type(), ct = accumulation_type(t);
+  Value s = c.b.convert(operand(c, 0), ct), e = c.b.convert(operand(c, 1), ct);
+  Value w = operand(c, 2, ct, c.out_dims()), d = sub(c.b, e, s);
+  Value low = add(c.b, s, mul(c.b, w, d));
+  if (pjrt::is_complex(t)) return low;
+  Value high = sub(c.b, e, mul(c.b, d, sub(c.b, like(c.b, 1, w), w)));
+  Value small = c.b.compare(Cmp::LT, c.b.unary("abs", w), like(c.b, 0.5, w));
+  return c.b.convert(c.b.select(small, low, high), t);
+}
+
 bool tanh_mode(const Ctx& c, size_t k) { return c.has(k) && c.arg(k).s == "tanh"; }
 
 const Rows rows = {
@@ -174,7 +223,7 @@ const Rows rows = {
     {{"fmod.Tensor", "fmod_.Tensor", "fmod.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "remainder")); }},
     {{"fmod.Scalar", "fmod_.Scalar", "fmod.Scalar_out"}, [](Ctx& c) { return one(binary_op(c, "remainder")); }},
     {{"pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "power")); }},
-    {{"pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out"}, [](Ctx& c) { return one(binary_op(c, "power")); }},
+    {{"pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out"}, [](Ctx& c) { return one(pow_tensor_scalar(c)); }},
     {{"pow.Scalar", "pow.Scalar_out"}, [](Ctx& c) { return one(binary_op(c, "power")); }},
     {{"neg", "neg_", "neg.out"}, [](Ctx& c) { return one(unary_op(c, "negate")); }},
     {{"abs", "abs_", "abs.out"}, [](Ctx& c) {
@@ -280,14 +329,8 @@ const Rows rows = {
     {{"zero", "zero_"}, [](Ctx& c) { return one(c.b.constant(0, c.out())); }},
     {{"copy", "copy_", "copy.out"}, [](Ctx& c) { return one(operand(c, 1)); }},
     {{"clone", "clone.out"}, [](Ctx& c) { return one(operand(c, 0)); }},
-    {{"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out"}, [](Ctx& c) {
-       Value s = operand(c, 0), e = operand(c, 1), w = operand(c, 2);
-       return one(c.b.binary("add", s, c.b.binary("multiply", w, c.b.binary("subtract", e, s))));
-     }},
-    {{"lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out"}, [](Ctx& c) {
-       Value s = operand(c, 0), e = operand(c, 1), w = operand(c, 2);
-       return one(c.b.binary("add", s, c.b.binary("multiply", w, c.b.binary("subtract", e, s))));
-     }},
+    {{"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out"}, [](Ctx& c) { return one(lerp(c)); }},
+    {{"lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out"}, [](Ctx& c) { return one(lerp(c)); }},
     {{"addcmul", "addcmul_", "addcmul.out"}, [](Ctx& c) {
        Value prod = c.b.binary("multiply", operand(c, 1), operand(c, 2));
        return one(c.b.binary("add", operand(c, 0), c.b.binary("multiply", operand(c, 3), prod)));

@@ -79,3 +79,62 @@ t2 = torch.mul(t0, t1)
             for f in ops:
                 want, got = f(xs, other), f(xs.to("tpu"), o)
                 assert got.dtype == want.dtype and torch.equal(got.cpu(), want), (dt, other, f)
+
+
+def _same_floats(got, want, rtol=0):
+    """Equal dtypes, values within rtol (NaN equal to NaN, infinities exact), and the sign of every value,
+    zeros included."""
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, rtol=rtol, atol=0, equal_nan=True)
+    assert torch.equal(got.cpu().signbit() & ~want.isnan(), want.signbit() & ~want.isnan())
+
+
+SPECIAL = [float("inf"), float("nan"), -0.0, 2.0, float("-inf"), 4.0, -1.0, 0.0]
+
+
+def test_found_float_times_bool_keeps_nan_and_signed_zero():
+    """Found by a long run: XLA rewrites x * convert(mask) to select(mask, x, 0), so inf * False gave 0 and
+    -1 * False 0.0 where the CPU gives NaN and -0.0."""
+    x, m = torch.tensor(SPECIAL), torch.tensor([False, True, False, True, True, False, True, False])
+    for f in [lambda a, b: a * b, lambda a, b: b * a, lambda a, b: a.clone().mul_(b), lambda a, b: a.bfloat16() * b,
+              lambda a, b: a * b[0], lambda a, b: b[2] * a.bfloat16(), lambda a, b: a * False]:
+        _same_floats(f(x.to("tpu"), m.to("tpu")), f(x, m))
+
+
+def test_found_pow_half_is_sqrt_as_on_the_cpu():
+    """Found by a long run: the CPU's pow(Tensor, Scalar) of f32/f64/bf16 takes sqrt, rsqrt and reciprocal
+    for the exponents 0.5, -0.5 and -1 (pow(-inf, 0.5) is NaN, pow(-0.0, 0.5) -0.0), f16 keeps C's pow."""
+    x = torch.tensor(SPECIAL)
+    x = torch.cat([x, torch.randn(64, generator=torch.Generator().manual_seed(0)) * 5])
+    for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        for e in (0.5, -0.5, -1, -1.0, 2, 3, -2, 0, 1, True, 0.25, -1.25):
+            # XLA's sqrt and pow are within an ulp of the CPU's (the fuzzer marks them inexact), its
+            # products (2, 3, -2: rounded as the CPU rounds them) and 1 / x exact
+            rtol = 0 if e in (2, 3, -2, -1, 0, 1) else 1.6e-2 if dt in (torch.bfloat16, torch.float16) else 1e-6
+            _same_floats(torch.pow(x.to(dt).to("tpu"), e), torch.pow(x.to(dt), e), rtol)
+            _same_floats(x.to(dt).to("tpu").pow_(e), x.to(dt).pow_(e), rtol)
+
+
+def test_found_bool_divided_by_zero_is_nan():
+    """Found by a long run (seed 9): XLA rewrites convert(mask) / y to select(mask, 1 / y, 0), so
+    div(False, 0) gave 0 where the CPU gives NaN; floor division by zero gives the IEEE quotient."""
+    fuzz.replay("""
+t6 = make((2, 1, 4,), torch.bool, 31, dev)
+t7 = torch.div(t6, 0)  # inexact: t7
+""", quiet=True)
+    m, x = torch.tensor([True, False, True, False, False, True]), torch.tensor(SPECIAL[:6])
+    for f in [lambda b, y: torch.div(b, y), lambda b, y: torch.div(y, b), lambda b, y: b / y.bfloat16(),
+              torch.floor_divide, lambda b, y: torch.floor_divide(y, b), lambda b, y: torch.fmod(y, b),
+              lambda b, y: torch.atan2(b, y), lambda b, y: torch.pow(y, b)]:
+        _same_floats(f(m.to("tpu"), x.to("tpu")), f(m, x))
+
+
+def test_found_lerp_takes_the_cpus_two_formulas():
+    """lerp is start + w * (end - start) for |w| < 0.5 and end - (end - start) * (1 - w) otherwise (in f32
+    for bf16): lerp(inf, 0, 0.5) is inf on the CPU, "tpu" gave NaN."""
+    s, e = torch.tensor(SPECIAL), torch.tensor([0.0, 1.0, 2.0, float("inf"), 3.0, -1.0, 0.5, -0.0])
+    for dt in (torch.float32, torch.bfloat16):
+        for w in (0.25, 0.5, 1.0, -0.75, 2.0):
+            _same_floats(torch.lerp(s.to(dt).to("tpu"), e.to(dt).to("tpu"), w), torch.lerp(s.to(dt), e.to(dt), w))
+        wt = torch.tensor([0.25, 0.5, 1.0, -0.75, 2.0, 0.1, 0.9, 0.49]).to(dt)
+        _same_floats(torch.lerp(s.to(dt).to("tpu"), e.to(dt).to("tpu"), wt.to("tpu")), torch.lerp(s.to(dt), e.to(dt), wt))
