@@ -93,13 +93,7 @@ ElementType arg_elem(const Ctx& c, size_t k) {
 
 Value multiply(Ctx& c) {
   if (c.out_type() == ElementType::kPred) return binary_op(c, "and");
-  auto mul_fn = [](Builder& b, Value x, Value y) { return b.binary("multiply", x, y); };
-  size_t p = arg_elem(c, 1) == ElementType::kPred ? 1 : arg_elem(c, 0) == ElementType::kPred ? 0 : 2;
-  if (p == 2 || !is_float_or_complex(c.out_type())) return opmath_binary(c, 0, 1, mul_fn);
-  // float times bool: XLA rewrites x * convert(mask) to select(mask, x, 0), which loses inf * 0 = NaN and
-  // -1 * 0 = -0.0; the product with 0 is spelled out so that it stays
-  Value x = operand(c, 1 - p), mask = operand(c, p, ElementType::kPred, c.out_dims());
-  return c.b.select(mask, x, mul_fn(c.b, x, like(c.b, 0, x)));
+  return opmath_binary(c, 0, 1, [](Builder& b, Value x, Value y) { return b.binary("multiply", x, y); });
 }
 
 // pow(Tensor, Scalar): the CPU kernels of f32, f64, bf16 and complex results take sqrt, rsqrt and
