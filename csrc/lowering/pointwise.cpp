@@ -96,12 +96,35 @@ Value multiply(Ctx& c) {
   return opmath_binary(c, 0, 1, [](Builder& b, Value x, Value y) { return b.binary("multiply", x, y); });
 }
 
+// Integer pow as the CPU's powi: square-and-multiply over every bit of the exponent, wrapping on overflow
+// (XLA's power reads only the exponent's lowest 6 bits: 3 ** 64 gave 1); a negative exponent gives 1 for a
+// base of 1, -1 or 1 for -1 (odd or even exponent), 0 otherwise.
+Value int_pow(Builder& b, Value a, Value e) {
+  Value one_ = b.constant_i(1, a.type), zero = b.constant_i(0, a.type), r = one_, base = a, k = e;
+  for (size_t i = 0; i < pjrt::byte_size(a.elem()) * 8; ++i) {
+    r = b.select(b.compare(Cmp::NE, b.binary("and", k, one_), zero), mul(b, r, base), r);
+    base = mul(b, base, base);
+    k = b.binary("shift_right_logical", k, one_);
+  }
+  if (!pjrt::is_signed_int(a.elem())) return r;
+  Value odd = b.compare(Cmp::NE, b.binary("and", e, one_), zero);
+  Value minus_one = b.constant_i(-1, a.type);
+  Value neg = b.select(b.compare(Cmp::EQ, a, one_), one_,
+                       b.select(b.compare(Cmp::EQ, a, minus_one), b.select(odd, minus_one, one_), zero));
+  return b.select(b.compare(Cmp::LT, e, zero), neg, r);
+}
+
+Value power(Ctx& c) {
+  Value x = operand(c, 0), e = operand(c, 1);
+  return pjrt::is_integral(c.out_type()) ? int_pow(c.b, x, e) : c.b.binary("power", x, e);
+}
+
 // pow(Tensor, Scalar): the CPU kernels of f32, f64, bf16 and complex results take sqrt, rsqrt and
 // reciprocal for the exponents 0.5, -0.5 and -1 (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where C's pow
 // gives 0.0 and inf), and those of f32, f64 and bf16 x * x, x * x * x and 1 / (x * x) for 2, 3 and -2
 // (rounding each product: bf16 differs from pow there); f16 and integers use pow.
 Value pow_tensor_scalar(Ctx& c) {
-  Value x = operand(c, 0), r = c.b.binary("power", x, operand(c, 1));
+  Value x = operand(c, 0), r = power(c);
   ElementType t = c.out_type();
   if (t == ElementType::kF16 || !is_float_or_complex(t) || pjrt::is_complex(arg_elem(c, 1))) return r;
   Value e = operand(c, 1, ElementType::kF64, {});
@@ -216,9 +239,9 @@ const Rows rows = {
     {{"remainder.Scalar_Tensor", "remainder.Scalar_Tensor_out"}, [](Ctx& c) { return one(remainder(c)); }},
     {{"fmod.Tensor", "fmod_.Tensor", "fmod.Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "remainder")); }},
     {{"fmod.Scalar", "fmod_.Scalar", "fmod.Scalar_out"}, [](Ctx& c) { return one(binary_op(c, "remainder")); }},
-    {{"pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out"}, [](Ctx& c) { return one(binary_op(c, "power")); }},
+    {{"pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out"}, [](Ctx& c) { return one(power(c)); }},
     {{"pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out"}, [](Ctx& c) { return one(pow_tensor_scalar(c)); }},
-    {{"pow.Scalar", "pow.Scalar_out"}, [](Ctx& c) { return one(binary_op(c, "power")); }},
+    {{"pow.Scalar", "pow.Scalar_out"}, [](Ctx& c) { return one(power(c)); }},
     {{"neg", "neg_", "neg.out"}, [](Ctx& c) { return one(unary_op(c, "negate")); }},
     {{"abs", "abs_", "abs.out"}, [](Ctx& c) {
        if (pjrt::is_complex(c.t(0).elem())) return one(c.b.unary_to("abs", c.t(0), c.out_type()));

@@ -138,3 +138,16 @@ def test_found_lerp_takes_the_cpus_two_formulas():
             _same_floats(torch.lerp(s.to(dt).to("tpu"), e.to(dt).to("tpu"), w), torch.lerp(s.to(dt), e.to(dt), w))
         wt = torch.tensor([0.25, 0.5, 1.0, -0.75, 2.0, 0.1, 0.9, 0.49]).to(dt)
         _same_floats(torch.lerp(s.to(dt).to("tpu"), e.to(dt).to("tpu"), wt.to("tpu")), torch.lerp(s.to(dt), e.to(dt), wt))
+
+
+def test_found_integer_pow_uses_every_exponent_bit():
+    """Found by the conformance check of the rows the long runs touched (pow, int64 sample 15): XLA's integer
+    power reads only the exponent's lowest 6 bits (3 ** 64 gave 1); the CPU wraps like repeated squaring."""
+    b = torch.tensor([3, 3, 3, -3, 5, 7, 2, 3, 1, -1, -1, 2, 0, 0])
+    e = torch.tensor([63, 64, 65, 100, 1000, 2**40, 70, 2**62, -5, -3, -4, -1, 0, -2])
+    for dt in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        bb, ee = b.to(dt), (e.abs() if dt == torch.uint8 else e).to(dt)
+        assert torch.equal(torch.pow(bb.to("tpu"), ee.to("tpu")).cpu(), torch.pow(bb, ee)), dt
+        for s in (2, 3, 7, 64, 100):
+            assert torch.equal(torch.pow(bb.to("tpu"), s).cpu(), torch.pow(bb, s)), (dt, s)
+            assert torch.equal(torch.pow(s, ee.to("tpu")).cpu(), torch.pow(s, ee)), (dt, s)
