@@ -10,6 +10,7 @@
 #include "aten/checks.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/TypeProperties.h>
 #include <c10/core/Scalar.h>
 #include <torch/library.h>
@@ -371,6 +372,27 @@ std::set<std::string> checked_overloads(const std::set<std::string>& other_custo
   std::set<std::string> out;
   for (const auto& [o, fn] : checked_rows(other_custom)) out.insert(o);
   return out;
+}
+
+void check_write_overlap(const std::string& name, const torch::jit::Stack& stack, size_t base,
+                         const std::vector<bool>& written) {
+  static const std::set<std::string> same_value = {"aten::fill_.Scalar", "aten::zero_"};
+  const bool internal = !same_value.count(name);
+  for (size_t i = 0; i < written.size(); ++i) {
+    if (!written[i]) continue;
+    const c10::IValue& v = stack[base + i];
+    if (internal && v.isTensor()) at::assert_no_internal_overlap(v.toTensor());
+    else if (internal && v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList()) at::assert_no_internal_overlap(t);
+    if (!v.isTensor()) continue;
+    for (size_t j = 0; j < written.size(); ++j) {
+      const c10::IValue& in = stack[base + j];
+      if (written[j]) continue;
+      if (in.isTensor() && in.toTensor().defined()) at::assert_no_partial_overlap(v.toTensor(), in.toTensor());
+      else if (in.isTensorList())
+        for (const at::Tensor& t : in.toTensorList()) at::assert_no_partial_overlap(v.toTensor(), t);
+    }
+  }
 }
 
 void register_checked_kernels(torch::Library& m, const std::set<std::string>& other_custom) {

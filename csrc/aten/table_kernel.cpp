@@ -10,7 +10,6 @@
 // exactly what CPU raises, before any device work), the row lowers dense values to StableHLO, views
 // are read from and written back to their storages' bases inside the same program, and the program is
 // compiled through the program cache.
-#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
@@ -23,6 +22,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "aten/checks.h"
 #include "aten/errors.h"
 #include "aten/execution.h"
 #include "aten/fallback.h"
@@ -200,6 +200,7 @@ class TableKernel final : public c10::OperatorKernel {
     TORCH_CHECK(dev == call.device, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
                 call.device, " and tpu:", dev, "! (in ", name_, ")");
     call.has_tpu_tensor = true;
+    check_in_storage_fast(t, name_.c_str());  // a view past a storage shrunk through another alias
     if (!written && reads_growable(t)) {
       dynamic_key(t, key);
       slot_key(t, key, call);
@@ -423,6 +424,15 @@ class TableKernel final : public c10::OperatorKernel {
     return out;
   }
 
+  // Whether the op resizes one of its out= tensors (the functional result's shape differs).
+  bool resizes_out(const torch::jit::Stack& stack, size_t base) {
+    std::vector<at::Tensor> results = functional_meta_results(stack, base);
+    for (size_t i = functional_args_, r = 0; i < schema_args_ && r < results.size(); ++i)
+      if (written_[i] && stack[base + i].isTensor() && stack[base + i].toTensor().sizes() != results[r++].sizes())
+        return true;
+    return false;
+  }
+
   void build_program(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t base, Call& call,
                      Entry& entry, bool* restart) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -432,22 +442,10 @@ class TableKernel final : public c10::OperatorKernel {
     for (size_t i = 0; i < schema_args_; ++i) meta.push_back(to_meta(stack[base + i], kinds_[i], meta_bases));
     torch::jit::Stack variant_meta = meta;
     if (is_inplace_ || is_out_) {
-      // As torch does for every written tensor: no element may be written through two places.
-      for (size_t i = 0; i < schema_args_; ++i) {
-        if (!written_[i]) continue;
-        const c10::IValue& v = stack[base + i];
-        if (v.isTensor()) at::assert_no_internal_overlap(v.toTensor());
-        else if (v.isTensorList())
-          for (const at::Tensor& t : v.toTensorList()) at::assert_no_internal_overlap(t);
-        // ... nor an element another argument reads, unless it is the same element (x.add_(x), add(a, b, out=a))
-        if (!v.isTensor()) continue;
-        for (size_t j = 0; j < schema_args_; ++j) {
-          const c10::IValue& in = stack[base + j];
-          if (written_[j]) continue;
-          if (in.isTensor() && in.toTensor().defined()) at::assert_no_partial_overlap(v.toTensor(), in.toTensor());
-          else if (in.isTensorList())
-            for (const at::Tensor& t : in.toTensorList()) at::assert_no_partial_overlap(v.toTensor(), t);
-        }
+      try {
+        check_write_overlap(name_, stack, base, written_);
+      } catch (const c10::Error&) {  // out= tensors the op resizes: checked after the resize, as the CPU does
+        if (!is_out_ || !resizes_out(stack, base)) throw;
       }
       if (is_out_ && out_dtype_must_match_input(op.schema().name())) {
         const at::Tensor* input = nullptr;
@@ -722,6 +720,7 @@ class TableKernel final : public c10::OperatorKernel {
     key.push_back(static_cast<int64_t>(list.size()));
     for (const at::Tensor& t : list) {
       if (reads_growable(t)) {
+        check_in_storage_fast(t, name_.c_str());
         key.push_back(kDynTag);
         slot_key(t, key, call);
       } else {

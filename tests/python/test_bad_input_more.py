@@ -273,3 +273,164 @@ def test_out_of_range_indices_documented():
 
 def test_case_count():
     assert len(CASES) >= 60, len(CASES)
+
+
+# ----------------------------------------------------------- views reaching past a storage shrunk through an alias
+
+# Each program runs after PAST_SETUP: `t` is torch.arange(8.0), `v = t[2:]`, `u` a strided view set_ over t's
+# storage (its elements 3, 5, 7); then t's storage shrinks to 4 elements, so v and u (and t) reach past its end.
+PAST_SETUP = ("t = torch.arange(8.0, device=d); v = t[2:]; "
+              "u = torch.empty(0, device=d).set_(t.untyped_storage(), 3, (3,), (2,))")
+PAST_SHRINK = "t.untyped_storage().resize_(16)"
+# name -> (program, the op "tpu" names); the writes come last (the CPU writes freed memory there)
+PAST_STORAGE = {
+    "add": ("v + 1", "aten::add.Tensor"),
+    "sum": ("v.sum()", "aten::sum"),
+    "whole": ("t * 2", "aten::mul.Tensor"),
+    "strided": ("u + 1", "aten::add.Tensor"),
+    "matmul": ("v.view(2, 3) @ torch.ones(3, 2, device=d)", "aten::mm"),
+    "cat": ("torch.cat([v, v])", "aten::cat"),
+    "index": ("v[torch.tensor([0, 5], device=d)]", "aten::index.Tensor"),
+    "where": ("torch.where(v > 0, v, 0.0)", "aten::gt.Scalar"),
+    "clone": ("v.clone()", "aten::clone"),
+    "w_mul_": ("v.mul_(2)", "aten::mul_.Tensor"),
+    "w_add_out": ("torch.add(torch.ones(6, device=d), 1, out=v)", "aten::add.out"),
+}
+
+
+def test_views_past_a_shrunk_storage_cpu_reference():
+    """What the CPU does with the same programs (in a subprocess: its writes corrupt the heap): it raises
+    nothing, reading and writing freed memory. So "tpu" raises a RuntimeError of its own that names the op,
+    the view's sizes and strides and its dtype (test_views_past_a_shrunk_storage)."""
+    code = "import torch\nd = 'cpu'\n"
+    for name, (prog, _) in PAST_STORAGE.items():
+        code += (f"{PAST_SETUP}; {PAST_SHRINK}\ntry:\n    {prog}\n    print('{name} ok', flush=True)\n"
+                 f"except Exception as e:\n    print('{name} raised', type(e).__name__, flush=True)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = out.stdout.splitlines()
+    assert not [x for x in lines if "raised" in x], out.stdout  # if the CPU ever raises, "tpu" must match it
+    assert "add ok" in lines and "strided ok" in lines and "index ok" in lines, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("name", sorted(PAST_STORAGE))
+def test_views_past_a_shrunk_storage(name):
+    prog, op = PAST_STORAGE[name]
+    env = {"torch": torch, "d": "tpu"}
+    exec(PAST_SETUP, env)
+    eval(prog, env)  # in bounds first: a program for this geometry is cached, the check still runs
+    exec(PAST_SETUP, env)
+    exec(PAST_SHRINK, env)
+    t, v = env["t"], env["v"]
+    before = (t[:4].cpu().clone(), t._version, v._version)
+    with pytest.raises(RuntimeError) as e:
+        eval(prog, env)
+        torch.tpu.synchronize()
+    msg = str(e.value)
+    assert msg.startswith(op + ":") and "sizes [" in msg and "Float" in msg and "which has 16" in msg, msg
+    assert torch.equal(t[:4].cpu(), before[0]) and (t._version, v._version) == before[1:]
+    t.untyped_storage().resize_(32)  # given its bytes back, the view reads again
+    assert (v + 1).cpu().shape == (6,)
+
+
+# ------------------------------------------------------------------ writes into self-overlapping (stride-0) views
+
+# Programs writing into `x = base.expand(3, 4)`, base = torch.zeros(4): each element of base is x's element
+# in three places. name -> program; on the CPU, TensorIterator ops refuse ("unsupported operation: more than
+# one element of the written-to tensor refers to a single memory location"); fill_ with a number and zero_
+# write one value everywhere and accept (fill_ with a tensor refuses); sum(out=) resizes x (a new contiguous
+# layout) before writing and accepts.
+OVERLAP_WRITES = {
+    "add_": "x.add_(1)",
+    "mul_": "x.mul_(2)",
+    "exp_": "x.exp_()",
+    "clamp_": "x.clamp_(min=1.0)",
+    "relu_": "x.relu_()",
+    "uniform_": "x.uniform_()",
+    "bernoulli_": "x.bernoulli_(0.5)",
+    "copy_": "x.copy_(torch.ones(3, 4, device=d))",
+    "copy_broadcast": "x.copy_(torch.ones(4, device=d))",
+    "lerp_": "x.lerp_(torch.ones(3, 4, device=d), 0.5)",
+    "addcmul_": "x.addcmul_(torch.ones(3, 4, device=d), torch.ones(3, 4, device=d))",
+    "index_add_": "x.index_add_(0, torch.tensor([0], device=d), torch.ones(1, 4, device=d))",
+    "index_copy_": "x.index_copy_(0, torch.tensor([0], device=d), torch.ones(1, 4, device=d))",
+    "scatter_": "x.scatter_(0, torch.zeros(1, 4, dtype=torch.long, device=d), torch.ones(1, 4, device=d))",
+    "masked_scatter_": "x.masked_scatter_(torch.ones(3, 4, dtype=torch.bool, device=d), torch.ones(12, device=d))",
+    "addmm_": "x.addmm_(torch.ones(3, 2, device=d), torch.ones(2, 4, device=d))",
+    "transposed_add_": "x.t().add_(1)",
+    "add_out": "torch.add(torch.ones(3, 4, device=d), 1, out=x)",
+    "abs_out": "torch.abs(torch.ones(3, 4, device=d), out=x)",
+    "mm_out": "torch.mm(torch.ones(3, 2, device=d), torch.ones(2, 4, device=d), out=x)",
+    "cumsum_out": "torch.cumsum(torch.ones(3, 4, device=d), 1, out=x)",
+    "cat_out": "torch.cat([torch.ones(1, 4, device=d)] * 3, out=x)",
+    "sort_out": "torch.sort(torch.ones(3, 4, device=d), out=(x, torch.empty(3, 4, dtype=torch.long, device=d)))",
+    # accepted by the CPU
+    "fill_": "x.fill_(2.0)",
+    "fill_tensor": "x.fill_(torch.tensor(3.0, device=d))",
+    "zero_": "x.zero_()",
+    "sum_out_resized": "torch.sum(torch.ones(3, 4, 4, device=d), 0, out=x)",
+}
+
+
+def _overlap_run(prog, d):
+    env = {"torch": torch, "d": d}
+    exec("base = torch.zeros(4, device=d) + 1; x = base.expand(3, 4)", env)
+    base = env["base"]
+    v0 = base._version
+    try:
+        eval(prog, env)
+        err = None
+    except Exception as e:  # noqa: BLE001 - compared with the CPU's below
+        err = e
+    return err, base.cpu(), base._version - v0
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAP_WRITES))
+def test_writes_into_self_overlapping_views(name):
+    cpu_err, cpu_base, cpu_bumps = _overlap_run(OVERLAP_WRITES[name], "cpu")
+    tpu_err, tpu_base, tpu_bumps = _overlap_run(OVERLAP_WRITES[name], "tpu")
+    assert type(tpu_err) is type(cpu_err), f"cpu: {cpu_err!r}\ntpu: {tpu_err!r}"
+    if cpu_err is not None:
+        assert "single memory location" in str(cpu_err) and "single memory location" in str(tpu_err)
+        assert torch.equal(tpu_base, torch.ones(4)) and tpu_bumps == 0  # nothing written
+    else:
+        assert torch.equal(tpu_base, cpu_base) and tpu_bumps == cpu_bumps
+
+
+@pytest.mark.parametrize("prog", [
+    "x.masked_fill_(torch.ones(3, 4, dtype=torch.bool, device=d), 1.0)",
+    "x.index_put_((torch.tensor([0, 1], device=d),), torch.ones(4, device=d))",
+    "x.index_fill_(1, torch.tensor([0], device=d), 5.0)",
+    "x.tril_()",
+])
+def test_writes_into_self_overlapping_views_stricter(prog):
+    """Known difference: the CPU accepts these (masked_fill_ and index_put_ warn that writing expanded
+    tensors is deprecated) and writes each element once per place it appears, in its loop's order. On
+    "tpu" the places of one element are written by one scatter in no defined order, so these raise the
+    CPU's internal-overlap RuntimeError instead, and write nothing."""
+    cpu_err, _, cpu_bumps = _overlap_run(prog, "cpu")
+    assert cpu_err is None and cpu_bumps == 1
+    tpu_err, tpu_base, tpu_bumps = _overlap_run(prog, "tpu")
+    assert type(tpu_err) is RuntimeError and "single memory location" in str(tpu_err), tpu_err
+    assert torch.equal(tpu_base, torch.ones(4)) and tpu_bumps == 0
+
+
+# ------------------------------------------------------------------------ out of memory inside an async program
+
+@pytest.mark.parametrize("prog", ["huge.clone()", "huge.contiguous()", "huge * 2"])
+def test_out_of_memory_in_a_program_leaves_earlier_tensors(prog):
+    """A result too big for the device fails inside PJRT's execution, after the op returned: the next sync
+    point raises torch.OutOfMemoryError naming the op; earlier tensors, and ops on them issued after the
+    failure, are intact (the CPU would have raised at the op: there the program stops, here at the sync)."""
+    keep = torch.arange(6.0, device="tpu")
+    w = keep.clone().add_(1)
+    huge = torch.ones(1, device="tpu").expand(2**36)
+    y = eval(prog, {"huge": huge})
+    keep.mul_(2)
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+        torch.tpu.synchronize()
+    torch.tpu.synchronize()  # reported once
+    assert torch.equal(keep.cpu(), torch.arange(6.0) * 2) and keep._version == 1
+    assert torch.equal(w.cpu(), torch.arange(6.0) + 1) and w._version == 1
+    with pytest.raises(torch.OutOfMemoryError):  # the failed result reports it when read
+        y[:3].cpu()
+    torch.testing.assert_close((keep + 1).cpu(), torch.arange(6.0) * 2 + 1)
