@@ -17,6 +17,9 @@
 #include <ATen/ops/eq.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/linspace.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros_like.h>
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/logspace.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/nonzero_static.h>
@@ -327,6 +330,86 @@ at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymIn
   return at::searchsorted(cum, pos, /*out_int32=*/false, /*right=*/true).to(repeats.scalar_type());
 }
 
+at::Tensor histogram_counts(const at::Tensor& x, const at::Tensor& edges, at::Tensor pos,
+                            const std::optional<at::Tensor>& weight, bool density);
+
+void histogram_checks(const at::Tensor& self, const std::optional<at::Tensor>& weight) {
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"histogramdd\" not implemented for '",
+                              c10::toString(self.scalar_type()), "'");
+  TORCH_CHECK(!weight || !weight->defined() || weight->sizes() == self.sizes(),
+              "torch.histogramdd: if weight tensor is provided it should have the same shape as the input tensor "
+              "excluding its innermost dimension, but got input with shape ", self.sizes(), " and weight with shape ",
+              weight && weight->defined() ? weight->sizes() : at::IntArrayRef());
+}
+
+// histogram(self, bins, range, weight, density): edges from the range or from the input's min and max
+// (read in one sync, which also checks them as the CPU does), then each element's bin as the CPU's
+// kernel finds it: a linear guess, corrected by a search of the neighbouring edges.
+std::tuple<at::Tensor, at::Tensor> histogram(const at::Tensor& self, int64_t bins,
+                                             std::optional<at::ArrayRef<double>> range,
+                                             const std::optional<at::Tensor>& weight, bool density) {
+  histogram_checks(self, weight);
+  TORCH_CHECK(bins > 0, "torch.histogram(): bins must be > 0, but got ", bins, " for dimension 0");
+  at::Tensor x = self.reshape({-1});
+  double lo = 0, hi = 1;
+  if (range) {
+    TORCH_CHECK(range->size() == 2, "torch.histogram(): range should have 2 elements");
+    lo = (*range)[0];
+    hi = (*range)[1];
+  } else if (x.numel() > 0) {
+    at::Tensor mm = at::stack({x.min(), x.max()}).to(at::kDouble).cpu();  // the sync
+    lo = mm[0].item<double>();
+    hi = mm[1].item<double>();
+  }
+  TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi), "torch.histogramdd: dimension 0's range [", lo, ", ", hi,
+              "] is not finite");
+  TORCH_CHECK(lo <= hi, "torch.histogramdd: min should not exceed max, but got min ", lo, " max ", hi, " for dimension 0");
+  if (lo == hi) {
+    lo -= 0.5;
+    hi += 0.5;
+  }
+  at::Tensor edges = at::linspace(lo, hi, bins + 1, self.options());
+  at::Tensor left = edges[0], right = edges[bins];
+  at::Tensor guess = x.sub(left).mul(static_cast<double>(bins)).div(right.sub(left)).to(at::kLong).clamp(0, bins);
+  // the CPU's upper_bound over edges[max(guess - 1, 0), min(guess + 2, bins + 1)), minus one
+  at::Tensor from = guess.sub(1).clamp_min(0), pos = from.sub(1);
+  for (int64_t k = 0; k < 3; ++k) {
+    at::Tensor j = from.add(k);
+    at::Tensor in_window = j.lt(guess.add(2)).logical_and(j.le(bins));
+    pos = pos.add(in_window.logical_and(edges.index_select(0, j.clamp_max(bins)).le(x)).to(at::kLong));
+  }
+  return {histogram_counts(x, edges, pos, weight, density), edges};
+}
+
+// The weighted counts of the elements of x in bins `pos` (edges: the bins' boundaries): elements outside
+// the edges are not counted, the right edge belongs to the last bin; density divides by the total and
+// the bins' widths (in that order, as the CPU).
+at::Tensor histogram_counts(const at::Tensor& x, const at::Tensor& edges, at::Tensor pos,
+                            const std::optional<at::Tensor>& weight, bool density) {
+  const int64_t bins = edges.numel() - 1;
+  pos = at::where(pos.eq(bins), pos.sub(1), pos);
+  at::Tensor inside = x.ge(edges[0]).logical_and(x.le(edges[bins]));
+  at::Tensor w = weight && weight->defined() ? weight->reshape({-1}).to(x.scalar_type()) : at::ones_like(x);
+  at::Tensor hist = at::zeros({bins}, x.options())
+                        .index_add_(0, at::where(inside, pos, at::zeros_like(pos)), at::where(inside, w, at::zeros_like(w)));
+  if (density) hist = hist.div(hist.sum()).div(edges.diff());
+  return hist;
+}
+
+// histogram(self, bins: edges, weight, density): each element's bin by binary search, as the CPU.
+std::tuple<at::Tensor, at::Tensor> histogram_edges(const at::Tensor& self, const at::Tensor& bins,
+                                                   const std::optional<at::Tensor>& weight, bool density) {
+  histogram_checks(self, weight);
+  TORCH_CHECK(bins.dim() == 1, "torch.histogramdd(): bins tensor should have one dimension, but got ",
+              bins.dim(), " dimensions in the bins tensor for dimension 0");
+  TORCH_CHECK(bins.scalar_type() == self.scalar_type(), "torch.histogramdd: input tensor and bins tensors should have the same dtype, but got input ",
+              self.scalar_type(), " and bins for dimension 0 with dtype ", bins.scalar_type());
+  at::Tensor x = self.reshape({-1});
+  TORCH_CHECK(bins.numel() > 1, "torch.histogram(): bins must be > 0, but got 0 for dimension 0");
+  at::Tensor pos = at::searchsorted(bins, x, /*out_int32=*/false, /*right=*/true).sub(1);
+  return {histogram_counts(x, bins, pos.clamp_min(0), weight, density), bins.clone()};
+}
+
 // Unique runs of `seq` [n] or [n, m] (slices along dim 0) whose equal values are adjacent, `order`
 // mapping its positions back to the input's (undefined: the identity): the count of runs is the one
 // sync. The inverse takes `inverse_sizes`.
@@ -481,6 +564,8 @@ void register_aten_kernels() {
   m.impl("unique_consecutive", unique_consecutive);
   m.impl("unique_dim", unique_dim);
   m.impl("repeat_interleave.Tensor", repeat_interleave);
+  m.impl("histogram.bin_ct", histogram);
+  m.impl("histogram.bins_tensor", histogram_edges);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_.source_Storage", set_source_storage);

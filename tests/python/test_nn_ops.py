@@ -583,3 +583,28 @@ def test_softmax_zero_dim(fn):
     for v in (0.5, float("inf"), float("nan")):
         grad_check(lambda t: fn(t, 0), torch.tensor(v, requires_grad=True), equal_nan=True)
     grad_check(lambda t: fn(t, -1), randn(3, 4, seed=15))
+
+
+def test_histogram_matches_cpu(fallback_policy):
+    fallback_policy("error")
+    torch.manual_seed(0)
+    x = torch.randn(3, 50)
+    w = torch.rand(3, 50)
+    for dt in (torch.float32, torch.float64):
+        xd, wd = x.to(dt), w.to(dt)
+        check(lambda a: torch.histogram(a, 7), xd)
+        check(lambda a, b: torch.histogram(a, 5, range=(-1.0, 1.5), weight=b, density=True), xd, wd)
+        check(lambda a: torch.histogram(a, 3), torch.ones(4, dtype=dt))  # equal min and max
+        check(lambda a: torch.histogram(a, 3), torch.empty(0, dtype=dt))
+        edges = torch.tensor([-2.0, -0.5, 0.0, 0.0, 1.0, 2.5], dtype=dt)
+        check(lambda a, e, b: torch.histogram(a, e, weight=b), xd, edges, wd)
+        check(lambda a, e: torch.histogram(a, e, density=True), xd, edges, equal_nan=True)  # 0/0 in the empty bin
+    for bad in (lambda d: torch.histogram(torch.tensor([0.0, float("nan")], device=d), 3),
+                lambda d: torch.histogram(torch.randn(4, device=d), 3, range=(1.0, 0.0)),
+                lambda d: torch.histogram(torch.randn(4, device=d), 0),
+                lambda d: torch.histogram(torch.randn(4, device=d), torch.tensor([1.0], device=d))):
+        with pytest.raises(RuntimeError) as cpu_error:
+            bad("cpu")
+        with pytest.raises(RuntimeError) as tpu_error:
+            bad("tpu")
+        assert str(tpu_error.value).split(":")[0] == str(cpu_error.value).split(":")[0]
