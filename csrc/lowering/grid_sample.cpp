@@ -1,4 +1,5 @@
-// grid_sampler_2d (bilinear and nearest, zeros/border/reflection padding) and its backward.
+// grid_sampler_2d (bilinear and nearest, zeros/border/reflection padding) and its backward; the forward of
+// grid_sampler_3d (trilinear and nearest).
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -170,7 +171,78 @@ V grid_sampler_2d_backward(Ctx& c) {
   return res;
 }
 
+// The source coordinate along an axis of `size` as torch's scalar (3-d) CPU kernel computes it
+// (grid_sampler_compute_source_index): unnormalize, then clip or reflect.
+Value grid_coord_3d(Builder& b, Value g, int64_t size, int64_t padding, bool align) {
+  Value one_ = like(b, 1, g), zero = like(b, 0, g);
+  Value x = align ? mul(b, div(b, add(b, g, one_), like(b, 2, g)), like(b, static_cast<double>(size - 1), g))
+                  : div(b, sub(b, mul(b, add(b, g, one_), like(b, static_cast<double>(size), g)), one_), like(b, 2, g));
+  auto clip = [&](Value v) { return b.binary("minimum", like(b, static_cast<double>(size - 1), v), b.binary("maximum", v, zero)); };
+  if (padding == 1) return clip(x);
+  if (padding == 2) {
+    const double twice_low = align ? 0 : -1, twice_high = align ? 2.0 * (size - 1) : 2.0 * size - 1;
+    if (twice_low == twice_high) return zero;
+    Value lo = like(b, twice_low / 2, x), span = like(b, (twice_high - twice_low) / 2, x);
+    Value in = b.unary("abs", sub(b, x, lo));
+    Value extra = b.binary("remainder", in, span);
+    Value flips = b.unary("floor", div(b, in, span));
+    Value even = b.compare(Cmp::EQ, b.binary("remainder", flips, like(b, 2, flips)), zero);
+    return clip(b.select(even, add(b, extra, lo), add(b, sub(b, span, extra), lo)));
+  }
+  return x;
+}
+
+// grid_sampler_3d(input [N, C, D, H, W], grid [N, OD, OH, OW, 3], interpolation, padding, align_corners)
+// as the CPU's kernel: corner weights (hi - x or x - lo per axis, multiplied x, y, z), corners summed in
+// the order tnw, tne, tsw, tse, bnw, bne, bsw, bse.
+Value grid_sampler_3d(Ctx& c) {
+  Builder& b = c.b;
+  ElementType t = compute_type(c.out_type());
+  Value in = b.convert(c.t(0), t), grid = b.convert(c.t(1), t);
+  if (numel(c.out_dims()) == 0) return b.constant(0, Type{t, c.out_dims()});
+  const int64_t mode = c.i(2), padding = c.i(3);
+  if (mode != 0 && mode != 1) throw hlo::Error("grid_sampler_3d: bicubic is not lowered");
+  if (in.rank() != 5 || grid.rank() != 5) throw hlo::Error("grid_sampler_3d: expected 5-d input and grid");
+  const int64_t N = in.dims()[0], C = in.dims()[1];
+  const int64_t size[3] = {in.dims()[4], in.dims()[3], in.dims()[2]};  // along x, y, z
+  const int64_t L = grid.dims()[1] * grid.dims()[2] * grid.dims()[3];
+  if (size[0] * size[1] * size[2] == 0) throw hlo::Error("grid_sampler_3d: empty input");
+  Type it{ElementType::kS64, {N, L}};
+  Value g = b.reshape(grid, {N, L, 3});
+  Value lo[3], hi[3], coord[3];
+  for (int a = 0; a < 3; ++a) {
+    coord[a] = grid_coord_3d(b, b.reshape(b.slice(g, {0, 0, a}, {N, L, a + 1}, {1, 1, 1}), {N, L}), size[a], c.i(3), c.i(4) != 0);
+    lo[a] = b.unary(mode == 1 ? "round_nearest_even" : "floor", coord[a]);
+    hi[a] = add(b, lo[a], like(b, 1, lo[a]));
+  }
+  Value src = b.reshape(b.transpose(in, {0, 2, 3, 4, 1}), {N, size[0] * size[1] * size[2], C});
+  Value batch = b.reshape(b.iota(it, 0), {N, L, 1});
+  Dims vd{N, L, C};
+  Value out;
+  for (int corner = 0; corner < (mode == 1 ? 1 : 8); ++corner) {
+    Value w, ok, flat = b.constant_i(0, it);
+    for (int a = 2; a >= 0; --a) {  // flat index: z outermost
+      const bool up = (corner >> a) & 1;
+      Value ia = b.convert(up ? hi[a] : lo[a], ElementType::kS64);
+      Value in_a = andv(b, b.compare(Cmp::GT, ia, b.constant_i(-1, it)), b.compare(Cmp::LT, ia, b.constant_i(size[a], it)));
+      ok = ok.valid() ? andv(b, ok, in_a) : in_a;
+      flat = add(b, mul(b, flat, b.constant_i(size[a], it)), b.clamp(b.constant_i(0, it), ia, b.constant_i(size[a] - 1, it)));
+    }
+    for (int a = 0; a < 3 && mode == 0; ++a) {
+      Value wa = ((corner >> a) & 1) ? sub(b, coord[a], lo[a]) : sub(b, hi[a], coord[a]);
+      w = w.valid() ? mul(b, w, wa) : wa;
+    }
+    Value idx = b.concatenate({batch, b.reshape(flat, {N, L, 1})}, 2);
+    Value v = b.gather(src, idx, grid_gather_dims(), {1, 1, C}, vd);
+    v = b.select(b.broadcast_in_dim(ok, vd, {0, 1}), v, b.constant(0, Type{t, vd}));
+    if (w.valid()) v = mul(b, v, b.broadcast_in_dim(w, vd, {0, 1}));
+    out = out.valid() ? add(b, out, v) : v;
+  }
+  return b.reshape(b.transpose(out, {0, 2, 1}), c.out_dims());
+}
+
 const Rows rows = {
+    {{"grid_sampler_3d", "grid_sampler_3d.out"}, [](Ctx& c) { return one(grid_sampler_3d(c)); }},
     {{"grid_sampler_2d", "grid_sampler_2d.out"}, [](Ctx& c) { return one(grid_sampler_2d(c)); }},
     {{"grid_sampler_2d_backward", "grid_sampler_2d_backward.out"}, grid_sampler_2d_backward},
 };

@@ -608,3 +608,15 @@ def test_histogram_matches_cpu(fallback_policy):
         with pytest.raises(RuntimeError) as tpu_error:
             bad("tpu")
         assert str(tpu_error.value).split(":")[0] == str(cpu_error.value).split(":")[0]
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_3d_matches_cpu(mode, padding, align, fallback_policy):
+    fallback_policy("error")
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5, 6)
+    g = torch.rand(2, 3, 4, 2, 3) * 2.6 - 1.3  # some points outside [-1, 1]
+    check(lambda a, b: torch.nn.functional.grid_sample(a, b, mode=mode, padding_mode=padding, align_corners=align),
+          x, g)
