@@ -66,6 +66,14 @@ pjrt::BufferPtr dense_input(const at::Tensor& t, const pjrt::TensorSpec& spec) {
                      })[0];
 }
 
+// A private copy of `buffer` (an input to donate that something else still holds).
+pjrt::BufferPtr copy_buffer(const pjrt::Buffer& buffer, int device) {
+  return run_program("copy_graph_input", device, {&buffer},
+                     [](hlo::Builder& b, const std::vector<hlo::Value>& a) {
+                       return std::vector<hlo::Value>{a[0]};  // XLA copies a returned argument
+                     })[0];
+}
+
 }  // namespace
 
 const hlo::Value& GraphBuilder::value(int id) const {
@@ -74,10 +82,10 @@ const hlo::Value& GraphBuilder::value(int id) const {
   return values_[id];
 }
 
-int GraphBuilder::input(at::ScalarType dtype, const std::vector<int64_t>& sizes) {
+int GraphBuilder::input(at::ScalarType dtype, const std::vector<int64_t>& sizes, bool donor) {
   pjrt::TensorSpec spec{element_type(dtype), sizes};
-  inputs_.push_back({false, static_cast<int>(num_tensor_inputs_++), spec});
-  return add(b_.arg(hlo::Type{spec.type, spec.dims}));
+  inputs_.push_back({false, static_cast<int>(num_tensor_inputs_++), spec, donor});
+  return add(b_.arg(hlo::Type{spec.type, spec.dims}, donor ? "jax.buffer_donor = true" : ""));
 }
 
 bool GraphBuilder::has_row(const std::string& overload) { return rows_by_overload().count(overload) > 0; }
@@ -186,42 +194,86 @@ std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids)
 }
 
 std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs) const {
+  return run_writing(inputs, {}).first;
+}
+
+std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writing(const std::vector<at::Tensor>& inputs,
+                                                                                   const Writes& writes) const {
   TORCH_CHECK(inputs.size() == num_tensor_inputs_, name_, ": ", inputs.size(), " inputs, expected ",
               num_tensor_inputs_);
   int device = -1;
   for (const auto& t : inputs)
     if (device < 0 && t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) device = t.device().index();
   if (device < 0) device = current_device();
+  // Every input storage, read through execution to the swaps: no other thread's op swaps an input's
+  // base in between (one lock, in address order, as eager ops take theirs).
+  StorageLock lock;
+  if (!writes.empty()) {
+    for (const auto& t : inputs)
+      if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 && t.has_storage()) lock.add(handle_of(t));
+    lock.lock();
+  }
+  std::vector<char> written(inputs.size(), 0);
+  for (const auto& w : writes)
+    if (w.first >= 0 && w.first < static_cast<int64_t>(inputs.size())) written[w.first] = 1;
   std::vector<pjrt::BufferPtr> keep;
   std::vector<const pjrt::Buffer*> args;
   keep.reserve(inputs_.size());
+  args.reserve(inputs_.size());
   for (const auto& in : inputs_) {
     keep.push_back(in.rng ? next_rng_state(device, std::nullopt) : dense_input(inputs[in.index], in.spec));
+    // A donated buffer is gone after the run: donate the storage's base only when the storage alone
+    // holds it and is written below (under the lock taken above), a fresh buffer as it is, else a copy.
+    if (in.donor) {
+      const pjrt::BufferPtr& b = keep.back();
+      bool base = b == handle_of(inputs[in.index]).buffer;
+      if (base ? !(written[in.index] && b.use_count() == 2) : b.use_count() != 1)
+        keep.back() = copy_buffer(*b, device);
+    }
     args.push_back(keep.back().get());
   }
   std::shared_ptr<const DeferredError> failure;
   std::vector<pjrt::BufferPtr> outs = torch_pjrt::run(*exe_, device, args, name_.c_str(), &failure);
+  keep.clear();
+  std::vector<char> swapped(outputs_.size(), 0);
+  Writes unswapped;
+  if (!failure) {
+    for (const auto& [p, o] : writes) {
+      TORCH_CHECK(p >= 0 && p < static_cast<int64_t>(inputs.size()) && o >= 0 &&
+                      o < static_cast<int64_t>(outputs_.size()) && !swapped[o],
+                  name_, ": bad write (", p, ", ", o, ")");
+      const OutSpec& s = outputs_[o];
+      const at::Tensor& dst = inputs[p];
+      if (dst.device().type() == c10::DeviceType::PrivateUse1 && dst.device().index() == device &&
+          dst.scalar_type() == s.dtype && dst.sizes() == at::IntArrayRef(s.sizes) && swap_base(dst, outs[o])) {
+        swapped[o] = 1;
+      } else {
+        unswapped.emplace_back(p, o);
+      }
+    }
+  } else {
+    unswapped = writes;
+  }
   std::vector<at::Tensor> results;
   results.reserve(outputs_.size());
   for (size_t o = 0; o < outputs_.size(); ++o) {
     const OutSpec& s = outputs_[o];
-    results.push_back(failure ? poisoned_tensor(s.sizes, s.dtype, device, failure)
-                              : wrap_buffer(std::move(outs[o]), s.sizes, s.dtype));
+    if (swapped[o])
+      results.emplace_back();
+    else
+      results.push_back(failure ? poisoned_tensor(s.sizes, s.dtype, device, failure)
+                                : wrap_buffer(std::move(outs[o]), s.sizes, s.dtype));
   }
-  return results;
+  return {std::move(results), std::move(unswapped)};
 }
 
-bool swap_into(const at::Tensor& dst, const at::Tensor& value) {
-  if (dst.device().type() != c10::DeviceType::PrivateUse1 || value.device() != dst.device() ||
-      dst.scalar_type() != value.scalar_type() || dst.sizes() != value.sizes())
-    return false;
+bool swap_base(const at::Tensor& dst, pjrt::BufferPtr buffer) {
   lowering::ViewForm view = view_form(dst);
   if (view.conj || view.neg || !lowering::covers_storage(base_form(dst.storage()), view)) return false;
-  const StorageHandle& src = handle_of(value);
   StorageHandle& h = handle_of(dst);
-  StorageLock lock(src, h);
-  h.buffer = src.buffer;
-  h.error = src.error;
+  StorageLock lock(h);
+  h.buffer = std::move(buffer);
+  h.error = nullptr;
   if (!dst.is_inference()) dst.unsafeGetTensorImpl()->bump_version();
   return true;
 }

@@ -29,6 +29,13 @@ class GraphProgram {
  public:
   // Runs on `inputs` (the graph's tensor inputs, in order); returns the outputs as new tpu tensors.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+  // The same, then writes output `o` into input `p` for each (p, o) of `writes` by swapping the input's
+  // storage base (swap_base), holding the storages' locks from reading the inputs to the swaps. Returns
+  // the outputs (undefined for those swapped in) and the writes that could not swap (the caller copies).
+  // A donor input's buffer is donated when only its storage holds it (else a private copy is).
+  using Writes = std::vector<std::pair<int64_t, int64_t>>;
+  std::pair<std::vector<at::Tensor>, Writes> run_writing(const std::vector<at::Tensor>& inputs,
+                                                         const Writes& writes) const;
   size_t num_inputs() const { return num_tensor_inputs_; }
 
  private:
@@ -37,6 +44,7 @@ class GraphProgram {
     bool rng;   // the device generator's next state (one per random node)
     int index;  // tensor input index
     pjrt::TensorSpec spec;
+    bool donor = false;  // a mutated input: its buffer is donated, so the program may update it in place
   };
   std::string name_;
   pjrt::ExecutablePtr exe_;
@@ -48,8 +56,9 @@ class GraphProgram {
 class GraphBuilder {
  public:
   explicit GraphBuilder(std::string name) : name_(std::move(name)) {}
-  // A graph input: a dense tensor of `sizes`. Returns its value id.
-  int input(at::ScalarType dtype, const std::vector<int64_t>& sizes);
+  // A graph input: a dense tensor of `sizes`. Returns its value id. A `donor` is written back by the
+  // runner (run_writing): the program may reuse its buffer for an output of the same shape.
+  int input(at::ScalarType dtype, const std::vector<int64_t>& sizes, bool donor = false);
   // True when a lowering row serves `overload` ("add.Tensor", "relu").
   static bool has_row(const std::string& overload);
   // Applies the row of `overload` to its functional schema arguments `args`, whose tensors (meta
@@ -84,8 +93,9 @@ class GraphBuilder {
   const hlo::Value& value(int id) const;
 };
 
-// Writes `value` (a fresh dense graph output) into `dst` by swapping its storage's base, when `dst`
-// covers its storage densely with the same dtype and shape; false otherwise (the caller copies).
-bool swap_into(const at::Tensor& dst, const at::Tensor& value);
+// Writes `buffer` (a fresh dense graph output of `dst`'s dtype and shape: the caller checks them) into
+// `dst` by swapping its storage's base, when `dst` covers its storage densely; false otherwise (the
+// caller copies).
+bool swap_base(const at::Tensor& dst, pjrt::BufferPtr buffer);
 
 }  // namespace torch_pjrt

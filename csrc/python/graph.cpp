@@ -41,12 +41,16 @@ c10::Scalar number(const py::handle& a) {
 void bind_graph(py::module_& m) {
   py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram")
       .def("run", &GraphProgram::run)
+      .def("run_writing", &GraphProgram::run_writing)
       .def_property_readonly("num_inputs", &GraphProgram::num_inputs);
   py::class_<GraphBuilder>(m, "_GraphBuilder")
       .def(py::init<std::string>())
-      .def("input", [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes) {
-        return g.input(dtype_of(dtype), sizes);
-      })
+      .def(
+          "input",
+          [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes, bool donor) {
+            return g.input(dtype_of(dtype), sizes, donor);
+          },
+          py::arg("dtype"), py::arg("sizes"), py::arg("donor") = false)
       .def_static("has_row", &GraphBuilder::has_row)
       .def("apply",
            [](GraphBuilder& g, const std::string& overload, py::list args, std::vector<int> ids, py::list outs) {
@@ -80,7 +84,6 @@ void bind_graph(py::module_& m) {
                       py::handle v) { return g.full(dtype_of(dtype), sizes, number(v)); })
       .def("cast", [](GraphBuilder& g, int id, py::handle spec) { return g.cast(id, out_spec(spec)); })
       .def("compile", &GraphBuilder::compile);
-  m.def("_swap_into", &swap_into);
 }
 
 }  // namespace torch_pjrt

@@ -8,7 +8,10 @@ program is compiled through the program cache (memory and disk) and runs on the 
 - View nodes are read from their dense input with the view model: their sizes, strides and offset come
   from replaying the op on a contiguous meta tensor, so no view op needs a row.
 - Input mutations (``keep_inference_input_mutations``: ``copy_`` into a graph input at the graph's end)
-  are extra program outputs written back into the input's storage by swapping its buffer.
+  are extra program outputs written back into the input's storage by swapping its buffer; the old
+  buffer is donated to the program, so XLA may update it in place (optimizer state, KV caches).
+  Mutations of CPU inputs computed from CPU values only (the optimizer's step counts) are computed on
+  the host, so writing them back does not wait for the device.
 - A graph with an op that has no row (after decompositions) runs eagerly op by op, with a warning naming
   the ops (``TORCH_PJRT_FALLBACK=error``, i.e. ``set_fallback_policy("error")``, makes it an error).
 - Shapes are static: a graph that Dynamo hands over with symbolic shapes (``dynamic=True``, or automatic
@@ -103,16 +106,26 @@ class _Lowering:
         self.py = {}  # node -> Python value (non-tensor placeholders)
         self.inputs = []  # per program tensor input: ("arg", index) or ("const", tensor)
         self.mutations = []  # (arg index, value id)
+        self.host_writes = []  # (arg index, node): mutations of CPU inputs, computed on the host
         self.meta = {}
+        self.placeholders = {}  # placeholder node -> its argument index
 
     def lower(self):
         placeholder = 0
         out_node = None
+        # inputs on tpu that the graph writes: the runner swaps them to their new value, so the program
+        # may take over their buffers (donation: XLA updates them in place)
+        donors = {
+            n.args[0]
+            for n in self.gm.graph.nodes
+            if n.op == "call_function" and n.target is _aten.copy_.default and _is_tpu(_fake_val(n.args[0]))
+        }
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
+                self.placeholders[node] = placeholder
                 val = _fake_val(node)
                 if isinstance(val, torch.Tensor):
-                    self.ids[node] = self.g.input(val.dtype, _static_shape(val, node.name))
+                    self.ids[node] = self.g.input(val.dtype, _static_shape(val, node.name), node in donors)
                     self.inputs.append(("arg", placeholder))
                 elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
                     raise Unsupported(f"symbolic input {node.name}")
@@ -282,10 +295,54 @@ class _Lowering:
         if dst.op != "placeholder" or not isinstance(self.ids.get(src), int):
             raise Unsupported("copy_ into an intermediate")
         val = _fake_val(dst)
+        index = self.placeholders[dst]
+        if val.device.type == "cpu" and self.host_cone([src]) is not None:
+            # a CPU input updated from CPU values only (the optimizer's step counts): computed on the host
+            # after the program is launched, so writing it back does not wait for the device
+            self.host_writes.append((index, src))
+            self.ids[node] = self.ids[src]
+            return
         v = self.g.cast(self.ids[src], (val.dtype, _static_shape(val, dst.name)))
-        index = [n for n in self.gm.graph.nodes if n.op == "placeholder"].index(dst)
         self.mutations.append((index, v))
         self.ids[node] = v
+
+    def host_cone(self, nodes):
+        """The nodes `nodes` are computed from, in graph order, when all of them are functional ATen ops
+        (or getitems) on CPU tensors and inputs; None otherwise."""
+        seen, stack = set(), list(nodes)
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op == "placeholder":
+                continue
+            val = _fake_val(n)
+            vals = list(val) if isinstance(val, (list, tuple)) else [val]
+            if n.op != "call_function" or not all(isinstance(v, torch.Tensor) and v.device.type == "cpu"
+                                                  for v in vals):
+                return None
+            if n.target is not operator.getitem and not (
+                isinstance(n.target, torch._ops.OpOverload) and not n.target._schema.is_mutable
+            ):
+                return None
+            stack.extend(n.all_input_nodes)
+        return [n for n in self.gm.graph.nodes if n in seen]
+
+    def host_program(self):
+        """(GraphModule computing the host writes' values, the argument indices of its inputs, those of
+        the written arguments), or None without host writes."""
+        if not self.host_writes:
+            return None
+        g, env, arg_indices = torch.fx.Graph(), {}, []
+        for n in self.host_cone([src for _, src in self.host_writes]):
+            if n.op == "placeholder":
+                env[n] = g.placeholder(n.name)
+                arg_indices.append(self.placeholders[n])
+            else:
+                env[n] = g.node_copy(n, lambda a: env[a])
+        g.output([env[src] for _, src in self.host_writes])
+        return torch.fx.GraphModule(self.gm, g), arg_indices, [index for index, _ in self.host_writes]
 
     def finish(self, out_node):
         results = out_node.args[0]
@@ -306,21 +363,37 @@ class _Lowering:
         for index, v in self.mutations:
             writes.append((index, len(program_ids)))
             program_ids.append(v)
-        return _Compiled(self.g.compile(program_ids), self.inputs, template, writes, single)
+        on_tpu = {i: _is_tpu(_fake_val(n)) for n, i in self.placeholders.items()}
+        return _Compiled(self.g.compile(program_ids), self.inputs, on_tpu, template, writes, single,
+                         self.host_program())
 
 
 class _Compiled:
-    """One graph's program, called with AOTAutograd's boxed calling convention."""
+    """One graph's program, called with AOTAutograd's boxed calling convention. The argument plan
+    (which arguments are program inputs, which move from the CPU, where mutations go) is fixed here;
+    Dynamo's guards keep each argument's device as traced."""
 
     _boxed_call = True
 
-    def __init__(self, program, inputs, template, writes, single):
+    def __init__(self, program, inputs, on_tpu, template, writes, single, host=None):
         self.program = program
         self.inputs = inputs
         self.template = template
-        self.writes = writes
         self.single = single
+        self.host = host
         self.consts = {}
+        self.args = [v for kind, v in inputs if kind == "arg"]
+        self.plain = len(self.args) == len(inputs)  # no graph constants
+        position = {v: p for p, (kind, v) in enumerate(inputs) if kind == "arg"}  # among program inputs
+        self.moved = [p for i, p in position.items() if not on_tpu.get(i, True)]  # CPU inputs
+        # the first tpu argument's device is the program's device
+        self.device_arg = next((i for i in self.args if on_tpu.get(i)), None)
+        # mutated tpu arguments are swapped to the new value in the runner (position of the argument
+        # among the program inputs, output); others are copied
+        self.swaps = [(position[i], o) for i, o in writes if on_tpu.get(i) and i in position]
+        self.copies = [(i, o) for i, o in writes if not (on_tpu.get(i) and i in position)]
+        self.outs = [v for kind, v in template if kind == "out"]
+        self.all_out = len(self.outs) == len(template) and self.outs == list(range(len(self.outs)))
 
     def _const(self, t, device):
         c = self.consts.get(device)
@@ -332,22 +405,27 @@ class _Compiled:
         return c[key]
 
     def __call__(self, args):
-        device = next((a.device for a in args if _is_tpu(a)), None)
-        tensors = []
-        for kind, v in self.inputs:
-            if kind == "arg":
-                t = args[v]
-                if not _is_tpu(t):
-                    t = t.to(device if device is not None else "tpu")
-            else:
-                t = self._const(v, device if device is not None else torch.device("tpu"))
-            tensors.append(t)
-        outs = self.program.run(tensors)
-        for index, pos in self.writes:
-            dst = args[index]
-            if not _C._swap_into(dst, outs[pos]):
-                with torch.no_grad():
-                    dst.copy_(outs[pos])
+        device = args[self.device_arg].device if self.device_arg is not None else torch.device("tpu")
+        if self.plain:
+            tensors = [args[i] for i in self.args]
+        else:
+            tensors = [args[v] if kind == "arg" else self._const(v, device) for kind, v in self.inputs]
+        for p in self.moved:
+            tensors[p] = tensors[p].to(device)
+        outs, unswapped = self.program.run_writing(tensors, self.swaps)
+        for p, o in unswapped:
+            with torch.no_grad():
+                tensors[p].copy_(outs[o])
+        for index, o in self.copies:
+            with torch.no_grad():
+                args[index].copy_(outs[o])
+        if self.host is not None:
+            fn, inputs, indices = self.host
+            with torch.no_grad():
+                for index, v in zip(indices, fn(*[args[i] for i in inputs])):
+                    args[index].copy_(v)
+        if self.all_out:
+            return outs[0] if self.single else outs[: len(self.outs)]
         result = [outs[v] if kind == "out" else v for kind, v in self.template]
         return result[0] if self.single else result
 

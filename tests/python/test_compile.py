@@ -133,9 +133,39 @@ def test_optimizer_step_compiled():
             nn.functional.cross_entropy(m(x.to(dev)), y.to(dev)).backward()
         opts[0].step()
         step()
+        torch.tpu.synchronize()
+        before = torch_pjrt.metrics()
+        step()  # gradients unchanged: one more step on both sides
+        torch.tpu.synchronize()
+        after = torch_pjrt.metrics()
+        opts[0].step()
+    # the optimizer is one program; its step counts (CPU tensors, as in eager) are counted on the host
+    assert after["executions"] - before["executions"] == 1
     for (n, p), q in zip(model.named_parameters(), tmodel.parameters()):
         # Adam divides by sqrt(v): near-zero gradients amplify last-place differences
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-5, msg=n)
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opts[1].state[q][key].cpu(), opts[0].state[p][key], rtol=1e-4, atol=1e-6)
+        got = opts[1].state[q]["step"]
+        assert got.device.type == "cpu" and got.item() == opts[0].state[p]["step"].item() == 6
+
+
+def test_mutated_inputs_are_donated_only_when_written():
+    """A graph input the graph writes is donated to its program (XLA may update it in place): the runner
+    swaps the new value into its storage. Run without that write-back, the program gets a copy."""
+    g = torch_pjrt._C._GraphBuilder("donated_input")
+    a = g.input(torch.float32, [2, 3], True)
+    program = g.compile([g.cast(g.full(torch.float32, [2, 3], 1.5), (torch.float32, [2, 3])), a])
+    t = torch.arange(6.0).reshape(2, 3).to("tpu")
+    view = t.view(3, 2)
+    outs = program.run([t])
+    torch.testing.assert_close(outs[1].cpu(), torch.arange(6.0).reshape(2, 3))
+    torch.testing.assert_close(t.cpu(), torch.arange(6.0).reshape(2, 3))  # not taken from t
+    outs, unswapped = program.run_writing([t], [(0, 0)])
+    assert outs[0] is None and unswapped == []
+    torch.testing.assert_close(outs[1].cpu(), torch.arange(6.0).reshape(2, 3))
+    torch.testing.assert_close(t.cpu(), torch.full((2, 3), 1.5))
+    torch.testing.assert_close(view.cpu(), torch.full((3, 2), 1.5))  # a view of the same storage
 
 
 def test_graph_breaks_run_eagerly_between_graphs():
