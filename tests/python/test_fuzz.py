@@ -151,3 +151,17 @@ def test_found_integer_pow_uses_every_exponent_bit():
         for s in (2, 3, 7, 64, 100):
             assert torch.equal(torch.pow(bb.to("tpu"), s).cpu(), torch.pow(bb, s)), (dt, s)
             assert torch.equal(torch.pow(s, ee.to("tpu")).cpu(), torch.pow(s, ee)), (dt, s)
+
+
+def test_half_precision_add_with_alpha_rounds_once():
+    """The CPU's add/sub/rsub of f16/bf16 round alpha to the result type and compute x + alpha * y in f32,
+    rounding once; "tpu" rounded the product first (bf16 a - b * 0.1 differed in a quarter of the elements)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(512, generator=g) * 4, torch.randn(512, generator=g) * 4
+    ops = [lambda x, y: torch.sub(x, y, alpha=0.1), lambda x, y: torch.add(x, y, alpha=3),
+           lambda x, y: torch.rsub(x, y, alpha=0.3), lambda x, y: torch.rsub(x, 0.7, alpha=0.3),
+           lambda x, y: x.clone().add_(y, alpha=-0.01), lambda x, y: torch.add(x, 0.3, alpha=0.7)]
+    for dt in (torch.bfloat16, torch.float16):
+        x, y = a.to(dt), b.to(dt)
+        for f in ops:
+            assert torch.equal(f(x.to("tpu"), y.to("tpu")).cpu(), f(x, y))
