@@ -1,4 +1,5 @@
-// grid_sampler_2d (bilinear and nearest, zeros/border/reflection padding) and its backward; the forward of
+// grid_sampler_2d (bilinear, nearest and bicubic forward; zeros/border/reflection padding) and its
+// backward (bilinear, nearest); the forward of
 // grid_sampler_3d (trilinear and nearest).
 #include <tuple>
 #include <utility>
@@ -14,12 +15,20 @@ using hlo::Cmp;
 // grid_sampler_2d(input [N, C, H, W], grid [N, OH, OW, 2], interpolation (0 bilinear, 1 nearest),
 // padding (0 zeros, 1 border, 2 reflection), align_corners), following the CPU kernel's arithmetic.
 // The source coordinate of normalized grid values `g` along an axis of `size`, and its derivative.
+std::pair<Value, Value> grid_pad(Builder& b, Value x, Value d, int64_t size, int64_t padding, bool align);
+
 std::pair<Value, Value> grid_coord(Builder& b, Value g, int64_t size, int64_t padding, bool align) {
-  Value one_ = like(b, 1, g), zero = like(b, 0, g);
+  Value one_ = like(b, 1, g);
   double scale = align ? static_cast<double>(static_cast<float>(size - 1) / 2) : static_cast<double>(static_cast<float>(size) / 2);
   Value x = mul(b, add(b, g, one_), like(b, scale, g));
   if (!align) x = sub(b, x, like(b, 0.5, g));
-  Value d = like(b, scale, g);
+  return grid_pad(b, x, like(b, scale, g), size, padding, align);
+}
+
+// Padding applied to an unnormalized coordinate x (and its derivative d): clipped (border) or reflected
+// then clipped (reflection), as the CPU's vectorized 2-d kernel.
+std::pair<Value, Value> grid_pad(Builder& b, Value x, Value d, int64_t size, int64_t padding, bool align) {
+  Value one_ = like(b, 1, x), zero = like(b, 0, x);
   double max_val = static_cast<double>(size - 1);
   auto clip = [&](Value v, Value dv) {
     Value inside = andv(b, b.compare(Cmp::GT, v, zero), b.compare(Cmp::LT, v, like(b, max_val, v)));
@@ -113,11 +122,52 @@ std::vector<Corner> grid_corners(Builder& b, const GridSample& s) {
 
 hlo::GatherDims grid_gather_dims() { return hlo::GatherDims{{2}, {0, 1}, {0, 1}, 2}; }
 
+// The CPU's cubic convolution coefficients (A = -0.75) of the fractional offsets t.
+std::vector<Value> cubic_coefficients(Builder& b, Value t) {
+  auto k = [&](double v) { return like(b, v, t); };
+  const double A = -0.75;
+  auto outer = [&](Value x) { return sub(b, mul(b, add(b, mul(b, sub(b, mul(b, k(A), x), k(5 * A)), x), k(8 * A)), x), k(4 * A)); };
+  auto inner = [&](Value x) { return add(b, mul(b, mul(b, sub(b, mul(b, k(A + 2), x), k(A + 3)), x), x), k(1)); };
+  return {outer(add(b, t, k(1))), inner(t), inner(sub(b, k(1), t)), outer(sub(b, k(2), t))};
+}
+
+// Bicubic grid_sampler_2d as the CPU's vectorized kernel: 4x4 taps around floor(x), floor(y) of the
+// unnormalized coordinates, each padded on its own; rows interpolated along x, then along y.
+Value grid_sampler_2d_bicubic(Ctx& c, Value in, Value grid) {
+  Builder& b = c.b;
+  const int64_t padding = c.i(3);
+  const bool align = c.i(4) != 0;
+  GridSample s = grid_setup(b, in, grid, 0, 0, align);
+  Value src = b.reshape(b.transpose(in, {0, 2, 3, 1}), {s.N, s.H * s.W, s.C});
+  Dims vd{s.N, s.L, s.C};
+  Value fx = b.unary("floor", s.x), fy = b.unary("floor", s.y);
+  std::vector<Value> cx = cubic_coefficients(b, sub(b, s.x, fx)), cy = cubic_coefficients(b, sub(b, s.y, fy));
+  auto tap = [&](Value f, int64_t off, int64_t size) {
+    Value v = grid_pad(b, add(b, f, like(b, static_cast<double>(off), f)), f, size, padding, align).first;
+    return b.convert(v, ElementType::kS64);
+  };
+  auto weighted = [&](Value v, Value w) { return mul(b, b.broadcast_in_dim(w, vd, {0, 1}), v); };
+  Value out;
+  for (int64_t i = 0; i < 4; ++i) {
+    Value iy = tap(fy, i - 1, s.H), row;
+    for (int64_t j = 0; j < 4; ++j) {
+      auto [idx, ok] = grid_where(b, s, tap(fx, j - 1, s.W), iy);
+      Value v = b.gather(src, idx, grid_gather_dims(), {1, 1, s.C}, vd);
+      v = weighted(b.select(b.broadcast_in_dim(ok, vd, {0, 1}), v, b.constant(0, v.type)), cx[j]);
+      row = row.valid() ? add(b, row, v) : v;
+    }
+    row = weighted(row, cy[i]);
+    out = out.valid() ? add(b, out, row) : row;
+  }
+  return b.reshape(b.transpose(out, {0, 2, 1}), c.out_dims());
+}
+
 Value grid_sampler_2d(Ctx& c) {
   Builder& b = c.b;
   ElementType t = compute_type(c.out_type());
   Value in = b.convert(c.t(0), t), grid = b.convert(c.t(1), t);
   if (numel(c.out_dims()) == 0) return b.constant(0, Type{t, c.out_dims()});
+  if (c.i(2) == 2) return grid_sampler_2d_bicubic(c, in, grid);
   GridSample s = grid_setup(b, in, grid, c.i(2), c.i(3), c.i(4) != 0);
   Value src = b.reshape(b.transpose(in, {0, 2, 3, 1}), {s.N, s.H * s.W, s.C});
   Dims vd{s.N, s.L, s.C};

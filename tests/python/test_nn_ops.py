@@ -620,3 +620,14 @@ def test_grid_sample_3d_matches_cpu(mode, padding, align, fallback_policy):
     g = torch.rand(2, 3, 4, 2, 3) * 2.6 - 1.3  # some points outside [-1, 1]
     check(lambda a, b: torch.nn.functional.grid_sample(a, b, mode=mode, padding_mode=padding, align_corners=align),
           x, g)
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_bicubic_matches_cpu(padding, align, fallback_policy):
+    fallback_policy("error")
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 7)
+    g = torch.rand(2, 4, 6, 2) * 2.6 - 1.3
+    check(lambda a, b: torch.nn.functional.grid_sample(a, b, mode="bicubic", padding_mode=padding, align_corners=align),
+          x, g)
