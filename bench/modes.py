@@ -117,14 +117,18 @@ def llama_decode_fn(model, device, mode, batch):
 
     model = copy.deepcopy(model).to(device)
     cache = StaticCache(config=model.config, max_cache_len=256)
-    fwd = compiled(model, mode)
+
+    def next_token(tok, pos):  # the step jax.jit compiles: the forward and the greedy pick
+        logits = model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
+        return logits[:, -1:].argmax(-1)
+
+    fwd = compiled(next_token, mode)
     state = {"tok": torch.randint(3, 256, (batch, 1)).to(device), "pos": 16}
 
     def step(x, y):
         pos = torch.tensor([state["pos"]], device=device)
         with torch.no_grad():
-            logits = fwd(input_ids=state["tok"], past_key_values=cache, cache_position=pos, use_cache=True).logits
-        state["tok"] = logits[:, -1:].argmax(-1)
+            state["tok"] = fwd(state["tok"], pos)
         state["pos"] = 16 + (state["pos"] - 15) % 200
         return state["tok"]
 
