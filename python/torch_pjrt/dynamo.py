@@ -104,11 +104,12 @@ class _Lowering:
         self.g = _C._GraphBuilder(name)
         self.ids = {}  # node -> value id, or list of ids (multi-result nodes)
         self.py = {}  # node -> Python value (non-tensor placeholders)
-        self.inputs = []  # per program tensor input: ("arg", index) or ("const", tensor)
+        self.inputs = []  # per program tensor input: ("arg", index), ("const", tensor) or ("pack", indices)
         self.mutations = []  # (arg index, value id)
         self.host_writes = []  # (arg index, node): mutations of CPU inputs, computed on the host
         self.meta = {}
         self.placeholders = {}  # placeholder node -> its argument index
+        self.pack_ids = {}  # dtype -> value id of the program input packing 0-d CPU inputs of that dtype
 
     def lower(self):
         placeholder = 0
@@ -120,11 +121,18 @@ class _Lowering:
             for n in self.gm.graph.nodes
             if n.op == "call_function" and n.target is _aten.copy_.default and _is_tpu(_fake_val(n.args[0]))
         }
+        packs = self.scalar_packs()
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 self.placeholders[node] = placeholder
                 val = _fake_val(node)
-                if isinstance(val, torch.Tensor):
+                if node in packs:
+                    members = packs[node]
+                    if members[0] is node:  # one program input for the group, then each member's element
+                        self.pack_ids[val.dtype] = self.g.input(val.dtype, [len(members)])
+                        self.inputs.append(("pack", [self.placeholder_index(n) for n in members]))
+                    self.ids[node] = self.g.view(self.pack_ids[val.dtype], [], [], members.index(node), val.dtype)
+                elif isinstance(val, torch.Tensor):
                     self.ids[node] = self.g.input(val.dtype, _static_shape(val, node.name), node in donors)
                     self.inputs.append(("arg", placeholder))
                 elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -145,6 +153,19 @@ class _Lowering:
             else:
                 raise Unsupported(f"{node.op} node {node.target}")
         return self.finish(out_node)
+
+    def placeholder_index(self, node):
+        return [n for n in self.gm.graph.nodes if n.op == "placeholder"].index(node)
+
+    def scalar_packs(self):
+        """0-d CPU tensor inputs (the optimizer's step counts) grouped by dtype, for groups of two or
+        more: placeholder -> its group. Each group is one program input, uploaded in one transfer."""
+        groups = {}
+        for n in self.gm.graph.nodes:
+            v = _fake_val(n) if n.op == "placeholder" else None
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0:
+                groups.setdefault(v.dtype, []).append(n)
+        return {n: g for g in groups.values() if len(g) > 1 for n in g}
 
     def call(self, node):
         target = node.target
@@ -409,7 +430,12 @@ class _Compiled:
         if self.plain:
             tensors = [args[i] for i in self.args]
         else:
-            tensors = [args[v] if kind == "arg" else self._const(v, device) for kind, v in self.inputs]
+            tensors = [
+                args[v] if kind == "arg"
+                else torch.stack([args[i] for i in v]).to(device) if kind == "pack"
+                else self._const(v, device)
+                for kind, v in self.inputs
+            ]
         for p in self.moved:
             tensors[p] = tensors[p].to(device)
         outs, unswapped = self.program.run_writing(tensors, self.swaps)
