@@ -424,15 +424,6 @@ class TableKernel final : public c10::OperatorKernel {
     return out;
   }
 
-  // Whether the op resizes one of its out= tensors (the functional result's shape differs).
-  bool resizes_out(const torch::jit::Stack& stack, size_t base) {
-    std::vector<at::Tensor> results = functional_meta_results(stack, base);
-    for (size_t i = functional_args_, r = 0; i < schema_args_ && r < results.size(); ++i)
-      if (written_[i] && stack[base + i].isTensor() && stack[base + i].toTensor().sizes() != results[r++].sizes())
-        return true;
-    return false;
-  }
-
   void build_program(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t base, Call& call,
                      Entry& entry, bool* restart) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -442,11 +433,7 @@ class TableKernel final : public c10::OperatorKernel {
     for (size_t i = 0; i < schema_args_; ++i) meta.push_back(to_meta(stack[base + i], kinds_[i], meta_bases));
     torch::jit::Stack variant_meta = meta;
     if (is_inplace_ || is_out_) {
-      try {
-        check_write_overlap(name_, stack, base, written_);
-      } catch (const c10::Error&) {  // out= tensors the op resizes: checked after the resize, as the CPU does
-        if (!is_out_ || !resizes_out(stack, base)) throw;
-      }
+      check_write_overlap(name_, stack, base, written_);
       if (is_out_ && out_dtype_must_match_input(op.schema().name())) {
         const at::Tensor* input = nullptr;
         for (size_t i = 0; i < functional_args_ && !input; ++i)
