@@ -15,6 +15,7 @@
 #include <c10/core/Scalar.h>
 #include <torch/library.h>
 
+#include "aten/errors.h"
 #include "aten/table_kernel.h"
 #include "lowering/table.h"
 
@@ -373,6 +374,8 @@ std::set<std::string> checked_overloads(const std::set<std::string>& other_custo
   for (const auto& [o, fn] : checked_rows(other_custom)) out.insert(o);
   return out;
 }
+
+void check_view_in_storage_slow(const at::Tensor& t, const char* op) { check_view_in_storage(t, op); }
 
 void check_write_overlap(const std::string& name, const torch::jit::Stack& stack, size_t base,
                          const std::vector<bool>& written) {

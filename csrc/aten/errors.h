@@ -36,16 +36,20 @@ inline void check_view_in_storage(const at::Tensor& t, const char* op) {
               " (was the storage resized or freed through another tensor?)");
 }
 
-// check_view_in_storage for the hot path (every tensor argument of a table row): a contiguous view needs
-// only cached fields; the extent of any other view is computed when that cheap test does not settle it.
+// check_view_in_storage, out of line (checks.cpp): the slow path of check_in_storage_fast.
+void check_view_in_storage_slow(const at::Tensor& t, const char* op);
+
+// check_view_in_storage for the hot path (every tensor argument of a table row), inlined: a contiguous
+// view needs only cached fields; the extent of any other view is computed when that test does not settle it.
 inline void check_in_storage_fast(const at::Tensor& t, const char* op) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const int64_t n = impl->numel();
   if (n == 0) return;
   const int64_t nbytes = static_cast<int64_t>(impl->unsafe_storage().nbytes());
-  if (impl->is_contiguous() && (impl->storage_offset() + n) * static_cast<int64_t>(impl->itemsize()) <= nbytes)
+  if (C10_LIKELY(impl->is_contiguous() &&
+                 (impl->storage_offset() + n) * static_cast<int64_t>(impl->itemsize()) <= nbytes))
     return;
-  check_view_in_storage(t, op);
+  check_view_in_storage_slow(t, op);
 }
 
 // Runs f(), converting pjrt::Error into a torch error that names `op`.
