@@ -178,50 +178,46 @@ Value erfcx(Ctx& c) {
 }
 
 // The Hurwitz zeta function zeta(x, q), following the Euler-Maclaurin evaluation of torch's CPU kernel
-// in its accumulation type (double; the result rounds to the input's type): s = sum of (q + i)^-x for i = 0.. while i < 9 or q + i <= 9 (returning
-// early once a term no longer changes s), then the remainder and 12 Bernoulli corrections. The terms
-// are computed side by side along a new axis of 40 (exact for q >= -30) and summed by a prefix sum.
+// in its accumulation type (double; the result rounds to the input's type): s = sum of (q + i)^-x for
+// i = 0.. while i < 9 or q + i <= 9, in order (a while loop over all elements, each stopping on its own,
+// early once a term no longer changes s), then the remainder and 12 Bernoulli corrections.
 Value zeta_values(Builder& b, Value x, Value q) {
   if (x.elem() != ElementType::kF64)
     return b.convert(zeta_values(b, b.convert(x, ElementType::kF64), b.convert(q, ElementType::kF64)), x.elem());
-  const int64_t K = 40;
   const Dims& d = x.dims();
-  const int64_t r = x.rank();
-  Dims dk = d;
-  dk.push_back(K);
-  Dims keep = iota_dims(0, r);
-  auto wide = [&](Value v) { return b.broadcast_in_dim(v, dk, keep); };
+  const Type pred{ElementType::kPred, d}, ti{ElementType::kS64, d};
   Value one_ = like(b, 1, x), zero = like(b, 0, x);
-  Value machep = like(b, 1.11022302462515654042e-16, x);
-  Value s0 = b.binary("power", q, b.unary("negate", x));
-  Type ik{ElementType::kS64, dk};
-  Value i1 = add(b, b.iota(ik, r), b.constant_i(1, ik));  // 1..K
-  Value fi = b.convert(i1, x.elem());
-  Value a = add(b, wide(q), fi);                           // q + i
-  Value a_prev = sub(b, a, b.constant(1, a.type));
-  Value t = b.binary("power", a, wide(b.unary("negate", x)));
-  Value cond = orv(b, b.compare(Cmp::LE, i1, b.constant_i(9, ik)), b.compare(Cmp::LE, a_prev, b.constant(9, a.type)));
-  // prefix sums s0 + t_1 + ... + t_i along the new axis
-  Value ps = t;
-  Dims zeros(r + 1, 0), ones(r + 1, 1);
-  for (int64_t shift = 1; shift < K; shift *= 2) {
-    Dims low = zeros;
-    low[r] = shift;
-    ps = add(b, ps, b.slice(b.pad(ps, b.scalar(0, x.elem()), low, zeros, zeros), zeros, dk, ones));
-  }
-  ps = add(b, ps, wide(s0));
-  Value mk = wide(machep);
-  Value tiny = andv(b, b.compare(Cmp::LT, mul(b, b.unary("negate", mk), ps), t), b.compare(Cmp::LT, t, mul(b, mk, ps)));
-  Value big_i = b.constant_i(K + 1, ik);
-  Value first_tiny = reduce(b, b.select(andv(b, tiny, cond), i1, big_i), {r}, "minimum", b.scalar_i(K + 1, ElementType::kS64));
-  Value n_end = reduce_sum(b, b.convert(cond, ElementType::kS64), {r});
-  auto at = [&](Value v, Value pos) {  // v[..., pos - 1]
-    Value hit = b.compare(Cmp::EQ, i1, b.broadcast_in_dim(pos, dk, keep));
-    return reduce_sum(b, b.select(hit, v, b.constant(0, v.type)), {r});
+  // state: i, a = q + i, the last term, s, returned early, x
+  auto active = [&](Builder& bb, const V& st) {
+    Value more = orv(bb, bb.compare(Cmp::LT, st[0], bb.constant_i(9, ti)), bb.compare(Cmp::LE, st[1], like(bb, 9, st[1])));
+    // at most 2^23 terms: past that, the CPU's loop runs for as long as q is negative (q = -1e15 + 0.5)
+    more = andv(bb, more, bb.compare(Cmp::LT, st[0], bb.constant_i(int64_t{1} << 23, ti)));
+    return andv(bb, notv(bb, st[4]), more);
   };
-  Value done = b.compare(Cmp::LE, first_tiny, b.constant_i(K, first_tiny.type));
-  Value early = at(ps, first_tiny);
-  Value sv = at(ps, n_end), bb = at(t, n_end), w = at(a, n_end);
+  // the special cases below return before the loop (q = -inf would never end it)
+  Value q_le0 = b.compare(Cmp::LE, q, zero);
+  Value special = orv(b, b.compare(Cmp::LE, x, one_),
+                      andv(b, q_le0, orv(b, b.compare(Cmp::EQ, q, b.unary("floor", q)), b.compare(Cmp::NE, x, b.unary("floor", x)))));
+  V init{b.constant_i(0, ti), q, zero, b.binary("power", q, b.unary("negate", x)), special, x};
+  V st = b.while_loop(
+      init,
+      [&](Builder& bb, const V& st) {
+        Value any = bb.convert(active(bb, st), ElementType::kS64);
+        if (!d.empty()) any = reduce(bb, any, iota_dims(0, static_cast<int64_t>(d.size())), "maximum", bb.scalar_i(0, ElementType::kS64));
+        return V{bb.compare(Cmp::EQ, any, bb.scalar_i(1, ElementType::kS64))};
+      },
+      [&](Builder& bb, const V& st) {
+        Value act = active(bb, st);
+        Value a = add(bb, st[1], like(bb, 1, st[1]));
+        Value term = bb.binary("power", a, bb.unary("negate", st[5]));
+        Value sum = add(bb, st[3], term);
+        Value mk = like(bb, 1.11022302462515654042e-16, sum);
+        Value tiny = andv(bb, bb.compare(Cmp::LT, mul(bb, bb.unary("negate", mk), sum), term), bb.compare(Cmp::LT, term, mul(bb, mk, sum)));
+        return V{bb.select(act, add(bb, st[0], bb.constant_i(1, ti)), st[0]), bb.select(act, a, st[1]),
+                 bb.select(act, term, st[2]), bb.select(act, sum, st[3]), orv(bb, st[4], andv(bb, act, tiny)), st[5]};
+      });
+  Value done = st[4], early = st[3], machep = like(b, 1.11022302462515654042e-16, x);
+  Value sv = st[3], bb = st[2], w = st[1];
   sv = add(b, sv, div(b, mul(b, bb, w), sub(b, x, one_)));
   sv = sub(b, sv, mul(b, like(b, 0.5, bb), bb));
   // A[i] = (2i+2)! / B_{2i+2}
@@ -246,7 +242,6 @@ Value zeta_values(Builder& b, Value x, Value q) {
   }
   Value res = b.select(done, early, sv);
   // special cases: x == 1 -> inf; x < 1 -> NaN; q <= 0: integer q -> inf, non-integer x -> NaN
-  Value q_le0 = b.compare(Cmp::LE, q, zero);
   res = b.select(andv(b, q_le0, b.compare(Cmp::NE, x, b.unary("floor", x))), like(b, NAN, x), res);
   res = b.select(andv(b, q_le0, b.compare(Cmp::EQ, q, b.unary("floor", q))), like(b, INFINITY, x), res);
   res = b.select(b.compare(Cmp::LT, x, one_), like(b, NAN, x), res);
