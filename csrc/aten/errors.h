@@ -41,7 +41,7 @@ void check_view_in_storage_slow(const at::Tensor& t, const char* op);
 
 // check_view_in_storage for the hot path (every tensor argument of a table row), inlined: a contiguous
 // view needs only cached fields; the extent of any other view is computed when that test does not settle it.
-inline void check_in_storage_fast(const at::Tensor& t, const char* op) {
+C10_ALWAYS_INLINE void check_in_storage_fast(const at::Tensor& t, const char* op) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   const int64_t n = impl->numel();
   if (n == 0) return;
