@@ -240,6 +240,52 @@ void bce(const std::string&, const Args& a) {  // binary_cross_entropy(self, tar
   TORCH_CHECK(a.type(1) == a.type(0), "Found dtype ", a.type(1), " but expected ", a.type(0));
 }
 
+void complex(const std::string&, const Args& a) {  // complex(real, imag[, out])
+  auto floating = [](at::ScalarType t) { return t == at::kHalf || t == at::kFloat || t == at::kDouble; };
+  TORCH_CHECK(floating(a.type(0)) && floating(a.type(1)), "Expected both inputs to be Half, Float or Double tensors but got ",
+              a.type(0), " and ", a.type(1));
+  TORCH_CHECK(a.type(0) == a.type(1), "Expected object of scalar type ", a.type(0), " but got scalar type ",
+              a.type(1), " for second argument");
+  if (a.tensor(2)) {
+    at::ScalarType want = c10::toComplexType(a.type(0));
+    TORCH_CHECK(a.type(2) == want, "Expected object of scalar type ", want, " but got scalar type ", a.type(2),
+                " for argument 'out'");
+  }
+}
+
+void masked_scatter(const std::string&, const Args& a) {
+  TORCH_CHECK(a.type(1) == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+              a.type(1));
+}
+
+void aminmax_out(const std::string&, const Args& a) {  // aminmax.out(self, dim, keepdim, min, max)
+  for (size_t k : {size_t{3}, size_t{4}})
+    TORCH_CHECK(!a.tensor(k) || a.type(k) == a.type(0), "Expected out tensor to have dtype ", a.t(0).dtype(),
+                ", but got ", a.t(k).dtype(), " instead");
+}
+
+void multinomial(const std::string&, const Args& a) {  // multinomial(self, n, replacement, generator[, out])
+  const at::Tensor& p = a.t(0);
+  const int64_t n = a[1].toInt();
+  TORCH_CHECK(p.dim() > 0 && p.dim() <= 2, "prob_dist must be 1 or 2 dim");
+  TORCH_CHECK(at::isFloatingType(p.scalar_type()), "multinomial only supports floating-point dtypes for input, got: ",
+              p.scalar_type());
+  TORCH_CHECK(!a.tensor(4) || a.type(4) == at::kLong, "multinomial expects Long tensor out, got: ", a.type(4));
+  TORCH_CHECK(n > 0, "cannot sample n_sample <= 0 samples");
+  TORCH_CHECK(a[2].toBool() || n <= p.size(-1), "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  TORCH_CHECK(p.size(-1) <= (int64_t{1} << 24), "number of categories cannot exceed 2^24");
+}
+
+void bucketize(const std::string&, const Args& a) {  // bucketize(self, boundaries, ...)
+  TORCH_CHECK(a.t(1).dim() == 1, "boundaries tensor must be 1 dimension, but got dim(", a.t(1).dim(), ")");
+}
+
+void convolution(const std::string& op, const Args& a) {  // (input, weight, bias, stride, padding, ...)
+  for (const c10::IValue& p : a[4].toListRef())
+    TORCH_CHECK(p.toInt() >= 0, "negative padding is not supported");
+  no_bool(op, a);
+}
+
 // -------------------------------------------------------------------------------------- registration
 
 struct Check {
@@ -249,7 +295,10 @@ struct Check {
 
 // Checks the CPU makes before its shape checks (argmax: bool before an empty reduction dim); the others
 // come after them, so where both fail the meta kernel's error is raised.
-bool checks_first(CheckFn fn) { return fn == arg_extremum; }
+bool checks_first(CheckFn fn) {
+  return fn == arg_extremum || fn == complex || fn == masked_scatter || fn == multinomial || fn == bucketize ||
+         fn == convolution;
+}
 
 const std::vector<Check>& checks() {
   static const std::vector<Check> all = {
@@ -278,7 +327,12 @@ const std::vector<Check>& checks() {
       {{"clamp", "clamp_", "clamp.out", "clamp_min", "clamp_min_", "clamp_min.out", "clamp_max", "clamp_max_",
         "clamp_max.out"},
        clamp_scalar},
-      {{"convolution", "convolution.out"}, no_bool},
+      {{"convolution", "convolution.out"}, convolution},
+      {{"complex", "complex.out"}, complex},
+      {{"masked_scatter", "masked_scatter_", "masked_scatter.out"}, masked_scatter},
+      {{"aminmax.out"}, aminmax_out},
+      {{"multinomial", "multinomial.out"}, multinomial},
+      {{"bucketize.Tensor", "bucketize.Tensor_out", "bucketize.Scalar", "bucketize.Scalar_out"}, bucketize},
       {{"upsample_nearest1d", "upsample_nearest1d.vec", "upsample_nearest2d", "upsample_nearest2d.vec",
         "upsample_nearest3d", "upsample_nearest3d.vec", "_upsample_nearest_exact1d", "_upsample_nearest_exact1d.vec",
         "_upsample_nearest_exact2d", "_upsample_nearest_exact2d.vec", "_upsample_nearest_exact3d",
