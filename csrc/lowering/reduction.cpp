@@ -286,8 +286,8 @@ Value trace(Ctx& c) {
   return b.reshape(reduce_sum(b, d, {0, 1}), c.out_dims());
 }
 
-// segment_reduce(data, reduce, *, lengths?, indices?, offsets?, axis, unsafe, initial?) along axis 0
-// with 1-d lengths or offsets: each segment reduced starting from `initial` (sum, mean, max, min,
+// segment_reduce(data, reduce, *, lengths?, indices?, offsets?, axis, unsafe, initial?) along any axis,
+// lengths or offsets carrying the data's dims before the axis: each segment reduced starting from `initial` (sum, mean, max, min,
 // prod); mean divides by the segment's length, and an empty segment gives initial (NaN without one).
 Value segment_reduce(Ctx& c) {
   Builder& b = c.b;
@@ -295,49 +295,53 @@ Value segment_reduce(Ctx& c) {
   ElementType t = d.elem();
   if (!pjrt::is_float(t)) throw hlo::Error("segment_reduce: floating-point only");
   if (c.has(3)) throw hlo::Error("segment_reduce: indices are not lowered");
+  if (d.rank() == 0) throw hlo::Error("segment_reduce: 0-d data");
   const std::string red = c.arg(1).s;
+  // data [P, L, rest...] with P the dims before the axis; lengths/offsets [P, S(+1)]
+  const int64_t axis = wrap_dim(c.i(5), d.rank());
+  const int64_t P = numel(Dims(d.dims().begin(), d.dims().begin() + axis)), L = d.dims()[axis];
+  Dims rest(d.dims().begin() + axis + 1, d.dims().end());
   Value start, end;
   int64_t S;
   if (c.has(2)) {
     Value len = c.t(2);
-    if (len.rank() != 1) throw hlo::Error("segment_reduce: only 1-d lengths");
-    S = len.dims()[0];
-    len = b.convert(len, ElementType::kS64);
+    if (len.rank() != axis + 1) throw hlo::Error("segment_reduce: lengths of another rank");
+    S = len.dims().back();
+    len = b.reshape(b.convert(len, ElementType::kS64), {P, S});
     end = len;
     for (int64_t shift = 1; shift < S; shift *= 2)
-      end = add(b, end, b.slice(b.pad(end, b.scalar_i(0, ElementType::kS64), {shift}, {0}, {0}), {0}, {S}, {1}));
+      end = add(b, end, b.slice(b.pad(end, b.scalar_i(0, ElementType::kS64), {0, shift}, {0, 0}, {0, 0}), {0, 0}, {P, S}, {1, 1}));
     start = sub(b, end, len);
   } else if (c.has(4)) {
-    Value off = b.convert(c.t(4), ElementType::kS64);
-    if (off.rank() != 1 || off.dims()[0] < 1) throw hlo::Error("segment_reduce: only 1-d offsets");
-    S = off.dims()[0] - 1;
-    start = b.slice(off, {0}, {S}, {1});
-    end = b.slice(off, {1}, {S + 1}, {1});
+    Value off = c.t(4);
+    if (off.rank() != axis + 1 || off.dims().back() < 1) throw hlo::Error("segment_reduce: offsets of another rank");
+    S = off.dims().back() - 1;
+    off = b.reshape(b.convert(off, ElementType::kS64), {P, S + 1});
+    start = b.slice(off, {0, 0}, {P, S}, {1, 1});
+    end = b.slice(off, {0, 1}, {P, S + 1}, {1, 1});
   } else {
     throw hlo::Error("segment_reduce: lengths or offsets required");
   }
-  if (c.i(5) != 0 && !(c.i(5) == -1 && d.rank() == 1)) throw hlo::Error("segment_reduce: only axis 0");
   if (S == 0 || numel(c.out_dims()) == 0) return b.constant(0, c.out());
-  const int64_t L = d.dims()[0];
-  Dims rest(d.dims().begin() + 1, d.dims().end());
-  Dims full{S, L};
+  d = b.reshape(d, [&] { Dims x{P, L}; x.insert(x.end(), rest.begin(), rest.end()); return x; }());
+  Dims full{P, S, L};
   full.insert(full.end(), rest.begin(), rest.end());
-  Dims od{S};
+  Dims od{P, S};
   od.insert(od.end(), rest.begin(), rest.end());
-  Type it{ElementType::kS64, {S, L}};
-  Value i = b.iota(it, 1);
-  Value in = andv(b, b.compare(Cmp::GE, i, b.broadcast_in_dim(start, {S, L}, {0})),
-                  b.compare(Cmp::LT, i, b.broadcast_in_dim(end, {S, L}, {0})));
-  Value mask = b.broadcast_in_dim(in, full, {0, 1});
-  Dims dd;
-  for (int64_t k2 = 0; k2 < d.rank(); ++k2) dd.push_back(k2 + 1);
+  Type it{ElementType::kS64, {P, S, L}};
+  Value i = b.iota(it, 2);
+  Value in = andv(b, b.compare(Cmp::GE, i, b.broadcast_in_dim(start, {P, S, L}, {0, 1})),
+                  b.compare(Cmp::LT, i, b.broadcast_in_dim(end, {P, S, L}, {0, 1})));
+  Value mask = b.broadcast_in_dim(in, full, {0, 1, 2});
+  Dims dd{0};
+  for (int64_t k2 = 1; k2 < d.rank(); ++k2) dd.push_back(k2 + 1);
   Value x = b.broadcast_in_dim(d, full, dd);
   Value init = c.has(7) ? operand(c, 7, t, od) : Value{};
-  Value count = b.convert(b.broadcast_in_dim(sub(b, end, start), od, {0}), t);
-  Value any_nan = reduce(b, andv(b, mask, isnan(b, x)), {1}, "or", b.scalar(0, ElementType::kPred));
+  Value count = b.convert(b.broadcast_in_dim(sub(b, end, start), od, {0, 1}), t);
+  Value any_nan = reduce(b, andv(b, mask, isnan(b, x)), {2}, "or", b.scalar(0, ElementType::kPred));
   Value r;
   if (red == "sum" || red == "mean") {
-    r = reduce_sum(b, b.select(mask, x, b.constant(0, x.type)), {1});
+    r = reduce_sum(b, b.select(mask, x, b.constant(0, x.type)), {2});
     if (init.valid()) r = add(b, init, r);
     if (red == "mean") {
       Value m = div(b, r, count);
@@ -346,14 +350,14 @@ Value segment_reduce(Ctx& c) {
   } else if (red == "max" || red == "min") {
     bool mx = red == "max";
     Value fill = b.constant(mx ? -INFINITY : INFINITY, x.type);
-    r = reduce(b, b.select(mask, x, fill), {1}, mx ? "maximum" : "minimum", b.scalar(mx ? -INFINITY : INFINITY, t));
+    r = reduce(b, b.select(mask, x, fill), {2}, mx ? "maximum" : "minimum", b.scalar(mx ? -INFINITY : INFINITY, t));
     if (init.valid()) {
       Value better = b.compare(mx ? Cmp::GT : Cmp::LT, init, r);
       r = b.select(orv(b, better, isnan(b, init)), init, r);
     }
     r = b.select(any_nan, b.constant(NAN, r.type), r);
   } else if (red == "prod") {
-    r = reduce(b, b.select(mask, x, b.constant(1, x.type)), {1}, "multiply", b.scalar(1, t));
+    r = reduce(b, b.select(mask, x, b.constant(1, x.type)), {2}, "multiply", b.scalar(1, t));
     if (init.valid()) r = mul(b, init, r);
   } else {
     throw hlo::Error("segment_reduce: unknown reduction");

@@ -631,3 +631,20 @@ def test_grid_sample_bicubic_matches_cpu(padding, align, fallback_policy):
     g = torch.rand(2, 4, 6, 2) * 2.6 - 1.3
     check(lambda a, b: torch.nn.functional.grid_sample(a, b, mode="bicubic", padding_mode=padding, align_corners=align),
           x, g)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_segment_reduce_along_any_axis(reduce, axis, fallback_policy):
+    fallback_policy("error")
+    torch.manual_seed(0)
+    data = torch.randn(3, 4, 5)
+    lead = data.shape[:axis]
+    lengths = torch.tensor([1, 0, data.shape[axis] - 1]).expand(*lead, 3).contiguous()  # an empty segment
+    offsets = torch.cat([torch.zeros(*lead, 1, dtype=torch.long), lengths.cumsum(-1)], -1)
+    for kw in ({"lengths": lengths}, {"offsets": offsets}):
+        for initial in (None, 2.0):
+            exp = torch.segment_reduce(data, reduce, axis=axis, initial=initial, **kw)
+            got = torch.segment_reduce(data.to("tpu"), reduce, axis=axis, initial=initial,
+                                       **{k: v.to("tpu") for k, v in kw.items()})
+            torch.testing.assert_close(got.cpu(), exp, equal_nan=True)
