@@ -355,7 +355,9 @@ class TableKernel final : public c10::OperatorKernel {
           key.push_back(d.has_index() ? d.index() : -7);
           break;
         }
-        case Kind::kIgnored: key.push_back(0); break;
+        // memory_format and layout arrive as ints and decide the results' layout (clone(contiguous_format)
+        // and clone(preserve_format) shared a program); other ignored kinds (generators) key as 0
+        case Kind::kIgnored: key.push_back(v.isInt() ? v.toInt() : 0); break;
       }
     }
   }

@@ -165,3 +165,16 @@ def test_half_precision_add_with_alpha_rounds_once():
         x, y = a.to(dt), b.to(dt)
         for f in ops:
             assert torch.equal(f(x.to("tpu"), y.to("tpu")).cpu(), f(x, y))
+
+
+def test_found_clone_memory_format_is_part_of_the_program_key(fallback_policy):
+    # found by a CI run of the budget: clone(contiguous_format) and clone(preserve_format) of the same
+    # geometry shared one cached program, so the second took the first's result strides
+    fallback_policy("error")
+    fuzz.replay("""
+t1 = make((3, 4,), torch.float32, 0, dev, special=True)
+t1.t_()
+t2 = t1.clone(memory_format=torch.contiguous_format)
+t3 = t1.clone(memory_format=torch.preserve_format)
+t4 = t1.clone()
+""")
