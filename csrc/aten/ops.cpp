@@ -313,8 +313,8 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   return at::zeros({std::max(hi + 1, minlength)}, opts).index_add_(0, self.to(at::kLong), w);
 }
 
-// repeat_interleave(repeats): position p holds the i with cum[i-1] <= p < cum[i]; the length (and the
-// sign check) is the one sync unless output_size is given.
+// repeat_interleave(repeats): position p holds the i with cum[i-1] <= p < cum[i]; the length and the
+// sign check are read in one sync (also when output_size is given: it is checked against the length).
 at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
   TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
   TORCH_CHECK_NOT_IMPLEMENTED(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
