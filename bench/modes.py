@@ -1,5 +1,5 @@
 """Steps per second of one model and input under each execution mode, side by side in one run:
-strict eager on "tpu", torch.compile(backend="tpu") on "tpu", torch CPU eager and torch.compile(inductor)
+strict eager on "tpu", fused eager on "tpu" (torch_pjrt.set_eager_mode("fused")), torch.compile(backend="tpu") on "tpu", torch CPU eager and torch.compile(inductor)
 on the CPU, and for the tiny Llama the same model written in JAX and jax.jit-ed (bench/jax_llama.py, CPU
 backend; skipped with a note when jax is not importable). Workloads: a training step (forward, backward,
 AdamW) of an MLP, of the small transformer encoder of tests/python/test_training.py and of the tiny Llama
@@ -8,8 +8,6 @@ Llama at batch 1 and 8. Then cold start: process start to the tiny Llama's first
 empty and with a warm on-disk program cache.
 
     python bench/modes.py [--steps 30] [--only llama]
-
-Not here: fused eager (TORCH_PJRT_EAGER=fused is not built yet, issue 7 item 2).
 """
 
 import argparse
@@ -27,7 +25,7 @@ import torch.nn as nn
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
 from test_training import MLP, SmallTransformer, data  # noqa: E402
 
-import torch_pjrt  # noqa: E402, F401
+import torch_pjrt  # noqa: E402
 
 
 def train_step_fn(model, device, mode):
@@ -66,6 +64,11 @@ def infer_step_fn(model, device, mode):
     return step
 
 
+def eager_mode(mode):
+    """The tpu eager mode a benchmark mode runs under (fused eager: "fused"; every other: strict)."""
+    torch_pjrt.set_eager_mode("fused" if mode == "fused" else "strict")
+
+
 def steps_per_s(step, x, y, steps, sync):
     def done(out):
         if hasattr(out, "block_until_ready"):
@@ -74,9 +77,10 @@ def steps_per_s(step, x, y, steps, sync):
             out.detach().cpu()
         sync()
 
-    for _ in range(3):  # warm up: compiles
-        out = step(x, y)
-    done(out)
+    for _ in range(2):  # warm up: compiles, and fused eager's streams of a whole sample (compile, first run)
+        for _ in range(steps):
+            out = step(x, y)
+        done(out)
     samples = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -197,7 +201,9 @@ def llama_benchmarks(steps, modes):
     for label, device, mode in modes:
         torch._dynamo.reset()
         sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+        eager_mode(mode)
         rates[label] = steps_per_s(llama_train_fn(model, device, mode), ids.to(device), None, steps, sync)
+        eager_mode("strict")
     if jax_fns:
         rates["jax.jit CPU"] = steps_per_s(jax_fns[0](), ids, None, steps, lambda: None)
     report("tiny llama train step (batch 8 x 32 tokens)", rates)
@@ -206,7 +212,9 @@ def llama_benchmarks(steps, modes):
         for label, device, mode in modes:
             torch._dynamo.reset()
             sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+            eager_mode(mode)
             rates[label] = steps_per_s(llama_decode_fn(model, device, mode, batch), None, None, steps, sync)
+            eager_mode("strict")
         if jax_fns:
             rates["jax.jit CPU"] = steps_per_s(jax_fns[1](batch), None, None, steps, lambda: None)
         report(f"tiny llama static-cache decode step, batch {batch}", rates)
@@ -251,7 +259,8 @@ def main():
     parser.add_argument("--only", choices=["mlp", "transformer", "llama", "cold"], default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.cpu_threads)
-    modes = [("strict eager tpu", "tpu", "eager"), ("compile(tpu)", "tpu", "compile-tpu"),
+    modes = [("strict eager tpu", "tpu", "eager"), ("fused eager tpu", "tpu", "fused"),
+             ("compile(tpu)", "tpu", "compile-tpu"),
              ("torch CPU eager", "cpu", "eager"), ("inductor CPU", "cpu", "inductor")]
     if args.only in (None, "llama"):
         llama_benchmarks(args.steps, modes)
@@ -268,7 +277,9 @@ def main():
             for label, device, mode in modes:
                 sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
                 torch._dynamo.reset()
+                eager_mode(mode)
                 rates[label] = steps_per_s(make(model, device, mode), x.to(device), y.to(device), args.steps, sync)
+                eager_mode("strict")
             report(f"{name} {what}", rates)
 
 

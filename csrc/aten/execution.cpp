@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "aten/errors.h"
+#include "aten/fused.h"
 #include "aten/storage.h"
 
 namespace torch_pjrt {
@@ -90,6 +91,7 @@ std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const 
 }
 
 void synchronize(int device) {
+  fused::flush();  // a sync point of fused eager
   std::shared_ptr<const DeferredError> failed;
   {
     std::lock_guard<std::mutex> lock(pending_mu);

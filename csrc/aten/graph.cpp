@@ -108,6 +108,11 @@ std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::j
     lowering::Arg a;
     a.kind = lowering::Arg::kTensor;
     if (t.device().is_cpu()) {  // a Python number where the schema takes a Tensor (add.Tensor(x, 1))
+      if (runtime_scalars) {
+        a.value = scalar_input(element_type(t.scalar_type()));
+        a.weak = t.unsafeGetTensorImpl()->is_wrapped_number();
+        return a;
+      }
       a.value = b_.convert(scalar_constant(b_, static_cast<pjrt::ElementType>(scalar_kind(t.item())), t.item()),
                            element_type(t.scalar_type()));
       a.weak = t.unsafeGetTensorImpl()->is_wrapped_number();
@@ -117,7 +122,9 @@ std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::j
     a.value = value(tensor_ids[next_tensor++]);
     return a;
   };
-  sources.scalar = [&](pjrt::ElementType type, const c10::Scalar& v, int, int) { return scalar_constant(b_, type, v); };
+  sources.scalar = [&](pjrt::ElementType type, const c10::Scalar& v, int, int) {
+    return runtime_scalars ? scalar_input(type) : scalar_constant(b_, type, v);
+  };
   std::vector<pjrt::TensorSpec> specs;
   for (const auto& o : outs) specs.push_back(spec_of(o));
   lowering::Ctx ctx{b_, {}, specs, {}, {}};
@@ -159,6 +166,27 @@ int GraphBuilder::scatter_view(int base, int src, const std::vector<int64_t>& si
   hlo::Value out = lowering::write_view(b_, v, form, view, b_.convert(value(src), v.elem()), &new_form);
   if (out.dims() != v.dims()) out = b_.reshape(out, v.dims());
   return add(out);
+}
+
+hlo::Value GraphBuilder::scalar_input(pjrt::ElementType type) {
+  GraphProgram::Input in{false, -1, {type, {}}};
+  in.scalar = num_scalar_inputs_++;
+  inputs_.push_back(in);
+  return b_.arg(hlo::Type{type, {}});
+}
+
+int GraphBuilder::read(int base, const lowering::BaseForm& form, const lowering::ViewForm& view) {
+  return add(lowering::read_view(b_, base < 0 ? hlo::Value{} : value(base), form, view));
+}
+
+int GraphBuilder::write(int base, const lowering::BaseForm& form, const lowering::ViewForm& view, int src,
+                        lowering::BaseForm* new_form) {
+  hlo::Value update = b_.convert(value(src), view.elem);
+  return add(lowering::write_view(b_, base < 0 ? hlo::Value{} : value(base), form, view, update, new_form));
+}
+
+int GraphBuilder::transpose(int id, const std::vector<int64_t>& perm) {
+  return add(b_.transpose(value(id), hlo::Dims(perm.begin(), perm.end())));
 }
 
 int GraphBuilder::full(at::ScalarType dtype, const std::vector<int64_t>& sizes, const c10::Scalar& v) {
@@ -221,6 +249,7 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
   keep.reserve(inputs_.size());
   args.reserve(inputs_.size());
   for (const auto& in : inputs_) {
+    TORCH_CHECK(in.scalar < 0, name_, ": run-time scalar inputs need run_buffers");
     keep.push_back(in.rng ? next_rng_state(device, std::nullopt) : dense_input(inputs[in.index], in.spec));
     // A donated buffer is gone after the run: donate the storage's base only when the storage alone
     // holds it and is written below (under the lock taken above), a fresh buffer as it is, else a copy.
@@ -265,6 +294,31 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
                                 : wrap_buffer(std::move(outs[o]), s.sizes, s.dtype));
   }
   return {std::move(results), std::move(unswapped)};
+}
+
+std::vector<pjrt::BufferPtr> GraphProgram::run_buffers(int device, std::vector<pjrt::BufferPtr> tensors,
+                                                      const Scalars& scalars,
+                                                      std::shared_ptr<const DeferredError>* failure) const {
+  TORCH_CHECK(tensors.size() == num_tensor_inputs_, name_, ": ", tensors.size(), " inputs, expected ",
+              num_tensor_inputs_);
+  std::vector<pjrt::BufferPtr> keep;
+  std::vector<const pjrt::Buffer*> args;
+  keep.reserve(inputs_.size());
+  args.reserve(inputs_.size());
+  for (const auto& in : inputs_) {
+    if (in.rng) {
+      keep.push_back(next_rng_state(device, std::nullopt));
+    } else if (in.scalar >= 0) {
+      TORCH_CHECK(in.scalar < static_cast<int>(scalars.size()) && scalars[in.scalar].first == in.spec.type, name_,
+                  ": run-time scalar ", in.scalar, " missing or of another type");
+      keep.push_back(scalar_buffer(device, in.spec.type, scalars[in.scalar].second));
+    } else {
+      keep.push_back(std::move(tensors[in.index]));
+      if (in.donor && keep.back().use_count() != 1) keep.back() = copy_buffer(*keep.back(), device);
+    }
+    args.push_back(keep.back().get());
+  }
+  return torch_pjrt::run(*exe_, device, args, name_.c_str(), failure);
 }
 
 bool swap_base(const at::Tensor& dst, pjrt::BufferPtr buffer) {

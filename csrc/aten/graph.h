@@ -15,9 +15,12 @@
 #include <vector>
 
 #include "hlo/builder.h"
+#include "lowering/view.h"
 #include "pjrt/runtime.h"
 
 namespace torch_pjrt {
+
+struct DeferredError;
 
 struct OutSpec {  // a node result as shape inference (the FX node's meta value) describes it
   bool defined = true;
@@ -37,6 +40,12 @@ class GraphProgram {
   std::pair<std::vector<at::Tensor>, Writes> run_writing(const std::vector<at::Tensor>& inputs,
                                                          const Writes& writes) const;
   size_t num_inputs() const { return num_tensor_inputs_; }
+  // Fused eager: runs on `tensors` (tensor input i's buffer, exactly its spec; a donor's is donated when
+  // the caller passed the only reference, else copied) and `scalars` (the run-time scalar inputs of a
+  // builder with runtime_scalars, in order). Returns the output buffers, or none and sets `failure`.
+  using Scalars = std::vector<std::pair<pjrt::ElementType, c10::Scalar>>;
+  std::vector<pjrt::BufferPtr> run_buffers(int device, std::vector<pjrt::BufferPtr> tensors, const Scalars& scalars,
+                                           std::shared_ptr<const DeferredError>* failure) const;
 
  private:
   friend class GraphBuilder;
@@ -45,6 +54,7 @@ class GraphProgram {
     int index;  // tensor input index
     pjrt::TensorSpec spec;
     bool donor = false;  // a mutated input: its buffer is donated, so the program may update it in place
+    int scalar = -1;     // a run-time scalar input (runtime_scalars): its index in run_buffers' scalars
   };
   std::string name_;
   pjrt::ExecutablePtr exe_;
@@ -56,6 +66,9 @@ class GraphProgram {
 class GraphBuilder {
  public:
   explicit GraphBuilder(std::string name) : name_(std::move(name)) {}
+  // Python numbers (Scalar arguments, 0-d CPU tensors, run-time floats) become program inputs rather than
+  // constants, as in eager programs (fused eager: a learning rate must not change the program).
+  bool runtime_scalars = false;
   // A graph input: a dense tensor of `sizes`. Returns its value id. A `donor` is written back by the
   // runner (run_writing): the program may reuse its buffer for an output of the same shape.
   int input(at::ScalarType dtype, const std::vector<int64_t>& sizes, bool donor = false);
@@ -73,6 +86,13 @@ class GraphBuilder {
   // nodes functionalization makes of writes into views.
   int scatter_view(int base, int src, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                    int64_t offset);
+  // Fused eager's storage reads and writes, exactly as eager programs make them: `base` is the storage's
+  // base value of form `form` (-1 when the storage was never written), `view` a tensor over it.
+  int read(int base, const lowering::BaseForm& form, const lowering::ViewForm& view);
+  // The new base value of that storage with `src` written through `view`; `new_form` its form.
+  int write(int base, const lowering::BaseForm& form, const lowering::ViewForm& view, int src,
+            lowering::BaseForm* new_form);
+  int transpose(int id, const std::vector<int64_t>& perm);
   // A constant of `sizes` filled with `v` (the graph's factory nodes: full, zeros_like, scalar_tensor).
   int full(at::ScalarType dtype, const std::vector<int64_t>& sizes, const c10::Scalar& v);
   // A dense value of `id` converted and broadcast to `spec` (copy_ into a differently typed input).
@@ -86,6 +106,8 @@ class GraphBuilder {
   std::vector<hlo::Value> values_;
   std::vector<GraphProgram::Input> inputs_;
   size_t num_tensor_inputs_ = 0;
+  int num_scalar_inputs_ = 0;
+  hlo::Value scalar_input(pjrt::ElementType type);
   int add(hlo::Value v) {
     values_.push_back(v);
     return static_cast<int>(values_.size()) - 1;

@@ -10,6 +10,7 @@
 
 #include "aten/errors.h"
 #include "aten/execution.h"
+#include "aten/fused.h"
 #include "aten/program.h"
 #include "pjrt/session.h"
 
@@ -102,11 +103,13 @@ StorageHandle& handle_of(const c10::Storage& storage) {
 }
 
 pjrt::BufferPtr buffer_of(const StorageHandle& h) {
+  if (h.pending) fused::flush();
   std::lock_guard<std::recursive_mutex> lock(h.mu);
   return h.buffer;
 }
 
 std::shared_ptr<const DeferredError> error_of(const StorageHandle& h) {
+  if (h.pending) fused::flush();
   std::lock_guard<std::recursive_mutex> lock(h.mu);
   return h.error;
 }
@@ -158,6 +161,7 @@ int64_t growable_capacity(int64_t numel) {
 
 bool is_growable(const c10::Storage& storage) {
   // lowering::has_spare_capacity without building a BaseForm: this runs for every tensor of every op
+  if (handle_of(storage).pending) return false;  // stream results are never growable
   return is_growable(storage, buffer_of(handle_of(storage)));
 }
 
@@ -168,7 +172,7 @@ bool is_growable(const c10::Storage& storage, const pjrt::BufferPtr& buffer) {
 }
 
 bool reads_growable(const at::Tensor& t) {
-  if (t.is_conj() || t.is_neg() || t.numel() == 0) return false;
+  if (t.is_conj() || t.is_neg() || t.numel() == 0 || handle_of(t.storage()).pending) return false;
   pjrt::BufferPtr buffer = buffer_of(handle_of(t.storage()));
   return is_growable(t.storage(), buffer) && buffer->type() == element_type(t.scalar_type());
 }
@@ -226,6 +230,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   StorageHandle& h = handle_of(storage);
   auto* impl = storage.unsafeGetStorageImpl();
   TORCH_CHECK(impl->resizable(), "tpu: trying to resize storage that is not resizable");
+  if (h.pending) fused::flush();
   StorageLock lock(h);
   if (h.buffer && nbytes != storage.nbytes()) {
     h.buffer = resized_base(h, base_form(storage), nbytes);

@@ -23,10 +23,15 @@ struct DeferredError {
   bool out_of_memory = false;
 };
 
+struct PendingValue;  // fused eager (fused.h)
+
 struct StorageHandle {
-  pjrt::BufferPtr buffer;  // null until first written (torch.empty)
+  pjrt::BufferPtr buffer;  // null until first written (torch.empty), and while pending
   int device = 0;
   std::shared_ptr<const DeferredError> error;
+  // Fused eager: the value is a result of the recorded stream, not run yet (buffer null). Reading the
+  // buffer (buffer_of, error_of) runs the stream first.
+  std::shared_ptr<PendingValue> pending;
   // Guards `buffer` and `error`: ops on several threads may read and swap one storage's base. An op
   // holds it from reading the base to swapping in its result (StorageLock), so no update is lost and
   // no buffer is freed while another thread passes it to a program. Recursive: a locked op may read
@@ -34,7 +39,8 @@ struct StorageHandle {
   mutable std::recursive_mutex mu;
 };
 
-// The handle's buffer and error, read under its lock (another thread may be swapping them).
+// The handle's buffer and error, read under its lock (another thread may be swapping them). A pending
+// value (fused eager) is materialized first: every read of a buffer is a sync point of the stream.
 pjrt::BufferPtr buffer_of(const StorageHandle& h);
 std::shared_ptr<const DeferredError> error_of(const StorageHandle& h);
 

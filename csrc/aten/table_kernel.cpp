@@ -26,10 +26,12 @@
 #include "aten/errors.h"
 #include "aten/execution.h"
 #include "aten/fallback.h"
+#include "aten/fused.h"
 #include "aten/generator.h"
 #include "aten/shape_rules.h"
 #include "aten/row_args.h"
 #include "aten/storage.h"
+#include "aten/table_entry.h"
 #include "lowering/table.h"
 
 namespace torch_pjrt {
@@ -46,39 +48,6 @@ enum Tag : int64_t {
   kCapacityTag = -7,  // a growable storage's base
   kGrowTag = -8,      // a growable concatenation
   kPresentTag = -9,   // an optional argument that is not None
-};
-
-// Where a program argument comes from at run time.
-struct Source {
-  enum What : uint8_t { kStorage, kScalarArg, kScalarListItem, kCpuTensor, kCpuListItem, kRng, kGeometry } what;
-  int index;  // storage slot, or stack argument
-  int item;   // list element (-1: not a list, for kGeometry)
-  ElementType type;
-  int part = 0;  // kGeometry: 0 the tensor's offset, 1 + d its stride d, -1 - d its size d
-};
-
-// What a program result becomes.
-struct Sink {
-  bool new_tensor;  // else: the new base of storage slot `index`
-  int index;        // functional result index (new tensors), or storage slot
-  std::vector<int64_t> sizes;
-  at::ScalarType dtype;
-  // New tensors laid out as the CPU lays them out (TensorIterator keeps its inputs' layout, e.g. x.t() + 1):
-  // the program returns the value in memory order (`sizes` permuted), the tensor gets these strides.
-  // Empty: contiguous.
-  std::vector<int64_t> strides;
-  bool grown = false;  // a growable concatenation's result: sizes from the call, storage with room to spare
-};
-
-struct Entry {
-  std::vector<int64_t> key;
-  pjrt::ExecutablePtr exe;
-  std::vector<Source> sources;
-  std::vector<Sink> sinks;
-  size_t num_results = 0;
-  std::vector<c10::IValue> int_returns;  // SymInt results, fixed by shape inference (sizes are in the key)
-  bool fallback = false;
-  std::string fallback_reason;
 };
 
 // Per-call facts gathered while building the key.
@@ -133,6 +102,7 @@ class TableKernel final : public c10::OperatorKernel {
       run_fallback(op, stack, entry->fallback_reason);
       return;
     }
+    if (fused::active() && record(*entry, stack, base, call, grow)) return;
     execute(*entry, stack, base, call);
   }
 
@@ -178,6 +148,21 @@ class TableKernel final : public c10::OperatorKernel {
       functional_ = c10::Dispatcher::singleton().findSchemaOrThrow(base.c_str(), overload.c_str());
       functional_returns_ = functional_->schema().returns().size();
     });
+  }
+
+  // Fused eager: records the call instead of running it; else runs the pending stream first when the
+  // call reads a pending storage (execute reads buffers directly).
+  bool record(const Entry& entry, torch::jit::Stack* stack, size_t base, const Call& call, bool grow) {
+    std::vector<at::Tensor> results(entry.num_results);
+    fused::OpInfo info{row_, name_, schema_args_, functional_args_, kinds_, written_, is_inplace_, is_out_,
+                       new_returns_};
+    if (!grow && fused::record(info, entry, *stack, base, call.device, call.storages, results)) {
+      push_returns(entry, stack, base, results);
+      return true;
+    }
+    for (const auto& st : call.storages)
+      if (handle_of(st).pending) fused::flush();
+    return false;
   }
 
   // ---------------------------------------------------------------------------------------- the key
@@ -257,8 +242,16 @@ class TableKernel final : public c10::OperatorKernel {
     key.push_back(static_cast<int64_t>(call.slots.size()));
     call.slots.push_back(impl);
     call.storages.push_back(t.storage());
-    // The storage's base form, once per storage.
-    pjrt::BufferPtr buffer = buffer_of(handle_of(t.storage()));
+    // The storage's base form, once per storage (a pending one's without running the stream).
+    const StorageHandle& h = handle_of(t.storage());
+    if (const PendingValue* p = h.pending.get()) {
+      key.push_back(static_cast<int64_t>(t.storage().nbytes()));
+      key.push_back(static_cast<int64_t>(p->form.elem));
+      key.push_back(static_cast<int64_t>(p->form.dims.size()));
+      for (int64_t d : p->form.dims) key.push_back(d);
+      return;
+    }
+    pjrt::BufferPtr buffer = buffer_of(h);
     if (is_growable(t.storage(), buffer)) {
       // growable: its capacity, not its current size (written tensors add the size, tensor_key)
       key.push_back(kCapacityTag);
@@ -507,6 +500,8 @@ class TableKernel final : public c10::OperatorKernel {
         for (const at::Tensor& t : r.toTensorList()) add(t);
       else if (r.isInt() || r.isSymInt()) entry.int_returns.push_back(r);
     }
+    for (size_t r = 0; r < outs.size(); ++r)
+      entry.results.push_back({outs[r].type != ElementType::kInvalid, out_dtypes[r], outs[r].dims});
 
     // 2. The program: storage bases and run-time scalars are arguments; views are read inside.
     hlo::Builder b;
@@ -645,7 +640,8 @@ class TableKernel final : public c10::OperatorKernel {
   static void storage_args(hlo::Builder& b, const Call& call, Entry& entry, std::vector<pjrt::TensorSpec>& in_specs,
                            std::vector<lowering::BaseForm>& forms, std::vector<hlo::Value>& slot_values) {
     for (size_t s = 0; s < call.slots.size(); ++s) {
-      lowering::BaseForm f = base_form(call.storages[s]);
+      const StorageHandle& h = handle_of(call.storages[s]);  // fused eager: a pending value's form
+      lowering::BaseForm f = h.pending ? h.pending->form : base_form(call.storages[s]);
       forms.push_back(f);
       slot_values.push_back(f.present ? b.arg(hlo::Type{f.elem, f.dims}) : hlo::Value{});
       if (!f.present) continue;
@@ -886,6 +882,11 @@ class TableKernel final : public c10::OperatorKernel {
         h.error.reset();
       }
     }
+    push_returns(entry, stack, base, results);
+  }
+
+  // Replaces the call's arguments on the stack by its returns.
+  void push_returns(const Entry& entry, torch::jit::Stack* stack, size_t base, std::vector<at::Tensor>& results) {
     torch::jit::Stack args_saved;
     if (is_inplace_ || is_out_) args_saved.assign(stack->begin() + base, stack->end());
     torch::jit::drop(*stack, schema_args_);

@@ -16,7 +16,8 @@ def _autoload():
 
 import torch  # noqa: E402
 
-__all__ = ["metrics", "reset_metrics", "set_fallback_policy", "get_fallback_policy", "plugin_info"]
+__all__ = ["metrics", "reset_metrics", "set_fallback_policy", "get_fallback_policy", "plugin_info", "fused",
+           "set_eager_mode", "get_eager_mode", "flush"]
 __version__ = "0.1.0"
 
 
@@ -99,6 +100,41 @@ def plugin_info():
     return _C._plugin_info()
 
 
+def set_eager_mode(mode: str):
+    """'strict' (the default: every op runs as its own cached program) or 'fused' (ops are recorded and run as
+    one program at the next sync point: ``.item()``, ``.cpu()``, printing, a data-dependent op,
+    ``torch.tpu.synchronize()``, or a stream of 2000 ops). Leaving fused mode runs the pending stream.
+    ``TORCH_PJRT_EAGER=fused`` sets fused mode at import."""
+    if mode not in ("strict", "fused"):
+        raise ValueError(f"torch_pjrt.set_eager_mode: mode must be 'strict' or 'fused', not {mode!r}")
+    torch.ops.tpu_fused.set_mode(mode == "fused")
+
+
+def get_eager_mode() -> str:
+    was = torch.ops.tpu_fused.set_mode(True)
+    torch.ops.tpu_fused.set_mode(was)
+    return "fused" if was else "strict"
+
+
+def flush():
+    """Runs the pending fused eager stream now (a no-op in strict mode)."""
+    torch.ops.tpu_fused.flush()
+
+
+class fused:
+    """Context manager: fused eager inside the block, the previous mode after it (the stream runs at exit).
+
+    ``with torch_pjrt.fused(): loss = step(x)``"""
+
+    def __enter__(self):
+        self._was = torch.ops.tpu_fused.set_mode(True)
+        return self
+
+    def __exit__(self, *exc):
+        torch.ops.tpu_fused.set_mode(self._was)
+        return False
+
+
 def _install_dynamo_hook():
     """Registers the Dynamo backend "tpu" when torch._dynamo's backend registry is imported, so that
     ``import torch`` does not pay for importing Dynamo; routes Inductor on "tpu" to it (torch_pjrt.dynamo)."""
@@ -110,6 +146,11 @@ def _install_dynamo_hook():
 
 
 _install_dynamo_hook()
+
+if os.environ.get("TORCH_PJRT_EAGER", "strict") not in ("strict", "fused"):
+    raise ValueError(f"TORCH_PJRT_EAGER must be 'strict' or 'fused', not {os.environ['TORCH_PJRT_EAGER']!r}")
+if os.environ.get("TORCH_PJRT_EAGER") == "fused":
+    set_eager_mode("fused")
 
 from . import moe as _moe  # noqa: E402  (torch.ops.torch_pjrt.ragged_dot, Transformers' "ragged_dot" experts)
 

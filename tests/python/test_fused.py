@@ -1,0 +1,202 @@
+"""Fused eager (torch_pjrt.fused(), TORCH_PJRT_EAGER=fused): table-row ops are recorded, and the stream runs
+as one program at a sync point (.item(), .cpu(), printing, a data-dependent op, synchronize, leaving the
+mode). Everything is compared with PyTorch on CPU on the same inputs."""
+
+import copy
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+from test_training import MLP, SmallCNN, SmallTransformer, data, train
+
+import torch_pjrt
+
+
+@pytest.fixture(autouse=True)
+def fused_mode():
+    with torch_pjrt.fused():
+        yield
+
+
+def _stats():
+    pending, streams = torch.ops.tpu_fused.stats()
+    return pending, streams
+
+
+def test_mode_api():
+    assert torch_pjrt.get_eager_mode() == "fused"
+    with pytest.raises(ValueError, match="strict.*fused"):
+        torch_pjrt.set_eager_mode("lazy")
+    torch_pjrt.set_eager_mode("strict")
+    try:
+        assert torch_pjrt.get_eager_mode() == "strict"
+        x = torch.ones(3, device="tpu") + 1  # runs at once: nothing pending
+        assert _stats()[0] == 0
+        assert x.cpu().tolist() == [2.0, 2.0, 2.0]
+    finally:
+        torch_pjrt.set_eager_mode("fused")
+
+
+@pytest.mark.parametrize("kind,factory", [("mlp", MLP), ("cnn", SmallCNN), ("transformer", SmallTransformer)])
+def test_fused_training_matches_cpu(kind, factory):
+    torch.manual_seed(0)
+    model = factory()
+    batches = data(kind, 20)
+    cpu_losses, cpu_grads = train(copy.deepcopy(model), batches, "cpu")
+    before = torch_pjrt.metrics()
+    streams = _stats()[1]
+    tpu_losses, tpu_grads = train(copy.deepcopy(model), batches, "tpu")
+    assert torch_pjrt.metrics()["fallback_total"] == before["fallback_total"]
+    assert _stats()[1] > streams  # the steps ran as fused streams
+    torch.testing.assert_close(torch.tensor(tpu_losses), torch.tensor(cpu_losses), rtol=1e-4, atol=0)
+    for name, g in cpu_grads.items():
+        torch.testing.assert_close(tpu_grads[name], g, rtol=1e-4, atol=1e-4, msg=f"gradient of {name}")
+
+
+def test_steady_state_compiles_nothing():
+    torch.manual_seed(0)
+    model = MLP()
+    cpu_model = copy.deepcopy(model)
+    tmodel = model.to("tpu")
+    opt = torch.optim.AdamW(tmodel.parameters(), lr=1e-3, weight_decay=0.01)
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-3, weight_decay=0.01)
+    batches = data("mlp", 20)
+    misses = []
+    streams = []
+    for x, y in batches:
+        misses.append(torch_pjrt.metrics()["cache_misses"])
+        streams.append(_stats()[1])
+        loss = nn.functional.cross_entropy(tmodel(x.to("tpu")), y.to("tpu"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        got = loss.item()
+        cpu_loss = nn.functional.cross_entropy(cpu_model(x), y)
+        cpu_opt.zero_grad()
+        cpu_loss.backward()
+        cpu_opt.step()
+        assert got == pytest.approx(cpu_loss.item(), rel=1e-4)
+    # steps 3..20: no program built, neither per op nor per stream
+    assert misses[2:] == [misses[2]] * 18, misses
+    # and each step is few streams (the uploads of x and y and the loss.item() are the sync points)
+    per_step = [b - a for a, b in zip(streams[2:], streams[3:])]
+    assert max(per_step) <= 2, per_step
+
+
+def test_chain_is_one_program():
+    x = torch.randn(64, 32)
+    t = x.to("tpu")
+    torch.tpu.synchronize()
+    before = torch_pjrt.metrics()["executions"]
+    y = t
+    for i in range(10):
+        y = (y * 1.5 + i).sin()
+    z = y.sum(1)
+    assert _stats()[0] == 31  # mul, add, sin per step, and the sum
+    got = z.cpu()
+    assert torch_pjrt.metrics()["executions"] - before == 1
+    want = x
+    for i in range(10):
+        want = (want * 1.5 + i).sin()
+    torch.testing.assert_close(got, want.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_sync_points():
+    x = torch.randn(5, 6)
+    t = x.to("tpu")
+    a = t * 2 - 1
+    assert _stats()[0] > 0
+    assert (a.sum()).item() == pytest.approx((x * 2 - 1).sum().item(), rel=1e-5)  # item
+    assert _stats()[0] == 0
+    b = t.exp()
+    torch.testing.assert_close(b.cpu(), x.exp())  # cpu
+    c = t.relu() + 0.5
+    assert str(c) == str(torch.nn.functional.relu(x) + 0.5).replace(")", ", device='tpu:0')", 1)  # print
+    d = t - t.mean()
+    assert torch.equal(d.gt(0).nonzero().cpu(), (x - x.mean()).gt(0).nonzero())  # data-dependent
+    e = t.abs()
+    torch.tpu.synchronize()
+    assert _stats()[0] == 0
+    torch.testing.assert_close(e.cpu(), x.abs())
+
+
+def test_inplace_on_views_and_aliasing():
+    x = torch.randn(6, 8)
+    t = x.to("tpu")
+    tv = t[1:5, ::2]  # a strided view
+    tv.mul_(3)
+    t.t()[2].add_(10)  # a column through a transposed view
+    w = t.view(48)
+    w[::7] = -1.0
+    u = t + 0  # reads after the writes
+    cv = x[1:5, ::2]
+    cv.mul_(3)
+    x.t()[2].add_(10)
+    x.view(48)[::7] = -1.0
+    torch.testing.assert_close(u.cpu(), x)
+    torch.testing.assert_close(tv.cpu(), cv)
+    torch.testing.assert_close(t.cpu(), x)
+
+
+def test_out_and_inplace_into_fresh_and_aliased_storages():
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    ta, tb = a.to("tpu"), b.to("tpu")
+    out = torch.empty(4, 4, device="tpu")  # never written: no buffer
+    torch.add(ta, tb, out=out)
+    ta.add_(ta)  # reads and writes one storage
+    tb.copy_(ta[0].expand(4, 4))
+    torch.testing.assert_close(out.cpu(), a + b)
+    torch.testing.assert_close(ta.cpu(), a + a)
+    torch.testing.assert_close(tb.cpu(), (a + a)[0].expand(4, 4))
+
+
+def test_freed_temporaries_are_no_outputs():
+    x = torch.randn(32, 32)
+    t = x.to("tpu")
+    torch.tpu.synchronize()
+    base = torch_pjrt.metrics()["live_buffers"]
+    y = t.exp()
+    z = y * 2
+    del y  # freed before the flush: never materialized
+    w = z.sum()
+    del z
+    got = w.item()
+    assert torch_pjrt.metrics()["live_buffers"] == base + 1  # only w's value
+    assert got == pytest.approx((x.exp() * 2).sum().item(), rel=1e-5)
+
+
+def test_error_names_the_op():
+    a = torch.randn(3, 4, device="tpu")
+    b = a * 2
+    with pytest.raises(RuntimeError, match="mm|shapes cannot be multiplied"):
+        torch.mm(b, torch.randn(5, 6, device="tpu"))  # shape inference raises at the call, not at the flush
+    torch.testing.assert_close(b.cpu(), a.cpu() * 2)  # the stream before it is intact
+
+
+def test_stream_bound():
+    t = torch.zeros(4, device="tpu")
+    torch.tpu.synchronize()
+    for _ in range(2500):
+        t = t + 1
+    assert 0 < _stats()[0] < 2000
+    assert t.cpu().tolist() == [2500.0] * 4
+
+
+def test_tiny_llama_static_cache_greedy_decode_matches_cpu():
+    pytest.importorskip("transformers")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from hf_tiny import make_model
+
+    cpu = make_model("llama")
+    tpu = make_model("llama").to("tpu")
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, 256, (2, 10), generator=g)
+    kw = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, cache_implementation="static",
+              disable_compile=True, attention_mask=torch.ones_like(ids))
+    want = cpu.generate(ids, **kw)
+    streams = _stats()[1]
+    kw["attention_mask"] = kw["attention_mask"].to("tpu")
+    got = tpu.generate(ids.to("tpu"), **kw)
+    assert torch.equal(got.cpu(), want)
+    assert _stats()[1] > streams
