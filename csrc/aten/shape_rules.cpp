@@ -4,6 +4,8 @@
 #include <set>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/multi_margin_loss.h>
+#include <ATen/ops/multilabel_margin_loss_forward.h>
 #include <c10/util/Exception.h>
 
 namespace torch_pjrt {
@@ -73,11 +75,34 @@ void geqrf(torch::jit::Stack& s) {
   s.emplace_back(at::empty(tau, a.options().device(c10::kMeta)));
 }
 
+// multi_margin_loss and multilabel_margin_loss_forward with reduction='none' and a 0-d or 1-d input: the
+// CPU gives a 0-d loss (multi_margin_loss: for a 0-d target), torch's meta kernels a [1] one. Their
+// checks, then the CPU's size.
+void multi_margin_loss(torch::jit::Stack& s) {
+  const at::Tensor self = s[0].toTensor(), target = s[1].toTensor();
+  const int64_t reduction = s[5].toInt();
+  at::Tensor out = at::multi_margin_loss(self, target, s[2].toScalar(), s[3].toScalar(),
+                                         s[4].toOptional<at::Tensor>(), reduction);
+  torch::jit::drop(s, 6);
+  s.emplace_back(self.dim() <= 1 && target.dim() == 0 && reduction == 0 ? out.reshape({}) : out);
+}
+
+void multilabel_margin_loss(torch::jit::Stack& s) {
+  const at::Tensor self = s[0].toTensor();
+  const int64_t reduction = s[2].toInt();
+  auto [out, is_target] = at::multilabel_margin_loss_forward(self, s[1].toTensor(), reduction);
+  torch::jit::drop(s, 3);
+  s.emplace_back(self.dim() <= 1 && reduction == 0 ? out.reshape({}) : out);
+  s.emplace_back(is_target);
+}
+
 }  // namespace
 
 ShapeRule shape_rule(const std::string& name, const std::string& overload) {
   if (name == "aten::_grouped_mm" && overload.empty()) return grouped_mm;
   if (name == "aten::geqrf" && overload.empty()) return geqrf;
+  if (name == "aten::multi_margin_loss" && overload.empty()) return multi_margin_loss;
+  if (name == "aten::multilabel_margin_loss_forward" && overload.empty()) return multilabel_margin_loss;
   return nullptr;
 }
 

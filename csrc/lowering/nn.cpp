@@ -141,10 +141,11 @@ V group_norm(Ctx& c) {
   Value in = c.t(0);
   ElementType t = compute_type(in.elem());
   int64_t N = c.i(3), C = c.i(4), HW = c.i(5), G = c.i(6);
-  if (G <= 0 || C % G != 0 || N * C * HW == 0) throw hlo::Error("group_norm: unsupported sizes");
+  if (G <= 0 || C % G != 0) throw hlo::Error("group_norm: unsupported sizes");
   Value x = b.reshape(b.convert(in, t), {N, G, C / G * HW});
   Value n = b.constant(static_cast<double>(C / G * HW), Type{t, {N, G}});
-  Value mean = div(b, reduce_sum(b, x, {2}), n);
+  // empty groups (HxW == 0): mean 0 and rstd NaN, as the CPU gives
+  Value mean = C / G * HW == 0 ? like(b, 0, n) : div(b, reduce_sum(b, x, {2}), n);
   Value xc = sub(b, x, bcast(b, mean, x.dims(), {0, 1}));
   Value var = div(b, reduce_sum(b, mul(b, xc, xc), {2}), n);
   Value rstd = b.unary("rsqrt", add(b, var, like(b, c.d(7), var)));

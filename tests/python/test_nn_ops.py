@@ -2,6 +2,8 @@
 gradients on "tpu" against PyTorch on the CPU, on the same inputs. The error fallback policy
 (conftest.py) makes every op here run natively or fail."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -102,6 +104,31 @@ def test_group_norm(dtype, shape, groups, affine):
     w = randn(shape[1], dtype=dtype, seed=2) if affine else None
     b = randn(shape[1], dtype=dtype, seed=3) if affine else None
     grad_check(lambda x, w, b: F.group_norm(x, groups, w, b, eps=1e-5), x, w, b)
+
+
+@pytest.mark.parametrize("shape,groups", [((0, 2), 1), ((0, 4, 3), 2), ((2, 4, 0), 2)])
+def test_group_norm_empty(shape, groups):
+    """Empty batches and empty groups: mean 0 and rstd NaN for empty groups, as the CPU gives."""
+    x = randn(*shape, seed=1)
+    w, b = randn(shape[1], seed=2), randn(shape[1], seed=3)
+    n, c, hw = shape[0], shape[1], math.prod(shape[2:])
+    check(lambda x, w, b: torch.native_group_norm(x, w, b, n, c, hw, groups, 1e-5), x, w, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("loss", ["multi_margin", "multilabel_margin"])
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+def test_margin_loss_result_shapes(loss, shape, reduction):
+    """reduction='none' on a 0-d or 1-d input gives a 0-d loss on the CPU (torch's meta kernels say [1])."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(4))
+    if loss == "multi_margin":
+        t = torch.tensor([1, 2])[: shape[0]] if len(shape) == 2 else torch.tensor(0)
+        check(lambda x, t: F.multi_margin_loss(x, t, reduction=reduction), x, t)
+    else:
+        t = torch.zeros(shape, dtype=torch.long)
+        if len(shape) == 2:
+            t[:, 1] = -1
+        check(lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction), x, t)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
