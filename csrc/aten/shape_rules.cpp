@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include <ATen/ops/_native_batch_norm_legit.h>
+#include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/multi_margin_loss.h>
 #include <ATen/ops/multilabel_margin_loss_forward.h>
@@ -96,11 +98,37 @@ void multilabel_margin_loss(torch::jit::Stack& s) {
   s.emplace_back(is_target);
 }
 
+// Batch norm with running statistics, not training: the CPU returns empty (0,) save_mean and save_invstd,
+// torch's meta kernels [C] ones.
+void push_eval_stats(torch::jit::Stack& s, const std::vector<at::Tensor>& r, bool training) {
+  for (size_t i = 0; i < r.size(); ++i)
+    s.emplace_back(!training && (i == 1 || i == 2) ? at::empty({0}, r[i].options()) : r[i]);
+}
+
+void batch_norm_functional(torch::jit::Stack& s) {
+  const bool training = s[5].toBool();
+  auto r = at::_native_batch_norm_legit_functional(s[0].toTensor(), s[1].toOptional<at::Tensor>(),
+                                                   s[2].toOptional<at::Tensor>(), s[3].toTensor(), s[4].toTensor(),
+                                                   training, s[6].toDouble(), s[7].toDouble());
+  torch::jit::drop(s, 8);
+  push_eval_stats(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r), std::get<4>(r)}, training);
+}
+
+void batch_norm_no_training(torch::jit::Stack& s) {
+  auto r = at::_native_batch_norm_legit_no_training(s[0].toTensor(), s[1].toOptional<at::Tensor>(),
+                                                    s[2].toOptional<at::Tensor>(), s[3].toTensor(), s[4].toTensor(),
+                                                    s[5].toDouble(), s[6].toDouble());
+  torch::jit::drop(s, 7);
+  push_eval_stats(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r)}, false);
+}
+
 }  // namespace
 
 ShapeRule shape_rule(const std::string& name, const std::string& overload) {
   if (name == "aten::_grouped_mm" && overload.empty()) return grouped_mm;
   if (name == "aten::geqrf" && overload.empty()) return geqrf;
+  if (name == "aten::_native_batch_norm_legit_functional" && overload.empty()) return batch_norm_functional;
+  if (name == "aten::_native_batch_norm_legit_no_training" && overload.empty()) return batch_norm_no_training;
   if (name == "aten::multi_margin_loss" && overload.empty()) return multi_margin_loss;
   if (name == "aten::multilabel_margin_loss_forward" && overload.empty()) return multilabel_margin_loss;
   return nullptr;

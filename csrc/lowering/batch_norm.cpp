@@ -150,6 +150,8 @@ const Rows rows = {
     {{"_native_batch_norm_legit.no_stats"}, train_without_stats},
     {{"_native_batch_norm_legit_no_training"}, inference},
     {{"native_batch_norm_backward"}, backward},
+    // batch_norm_backward(..., update, eps, output_mask, reserve): the same arguments, `update` as `train`
+    {{"batch_norm_backward"}, backward},
 };
 
 }  // namespace

@@ -41,7 +41,10 @@ import collections
 import dataclasses
 import json
 import math
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from typing import Callable, Iterable
 
@@ -93,11 +96,22 @@ def key(op) -> str:
 # ----------------------------------------------------------------------------------- moving samples
 
 
+def _with_storage(x: torch.Tensor) -> torch.Tensor:
+    """x on "tpu" as the same view of a copy of its whole storage: a view that reaches past its own
+    elements (as_strided with a storage offset, of a slice) reads what the CPU's would."""
+    n = x.untyped_storage().nbytes() // max(x.element_size(), 1)
+    if (x.layout != torch.strided or x.is_conj() or x.is_neg() or x.dtype.is_complex
+            or (x.storage_offset() == 0 and n == x.numel() and x.is_contiguous())):
+        return x.to("tpu")
+    whole = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage(), 0, (n,), (1,))
+    return whole.to("tpu").as_strided(x.size(), x.stride(), x.storage_offset())
+
+
 def to_tpu(x, grad: bool = False):
     """x with every CPU tensor copied to "tpu" (requires_grad kept when `grad`) and every device
     argument turned into "tpu"."""
     if isinstance(x, torch.Tensor):
-        y = x.detach().to("tpu")
+        y = _with_storage(x.detach())
         if grad and x.requires_grad:
             y.requires_grad_(True)
         return y
@@ -481,8 +495,10 @@ class Report:
 
 
 def run(ops: Iterable | None = None, dtypes: Iterable[str] = ("float32",), grad: bool = False,
-        samples: int | None = None, log: Callable[[str], None] | None = print) -> Report:
-    """Runs the conformance check (fallback as an error for its duration) and returns the report."""
+        samples: int | None = None, log: Callable[[str], None] | None = print,
+        record: Callable[[str, str, Result], None] | None = None) -> Report:
+    """Runs the conformance check (fallback as an error for its duration) and returns the report;
+    `record(kind, op key, result)` is called as each result is known."""
     import torch_pjrt
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -501,11 +517,54 @@ def run(ops: Iterable | None = None, dtypes: Iterable[str] = ("float32",), grad:
                 except Exception as e:  # the harness itself must not stop the run
                     r = Result("error", f"harness: {type(e).__name__}: {str(e)[:150]}")
                 rs[key(op)] = r
+                if record:
+                    record(kind, key(op), r)
                 if log:
                     log(f"{kind:8} {r.status:11} {key(op):45} {r.detail}")
             report.seconds[kind] = time.perf_counter() - t0
     finally:
         torch_pjrt.set_fallback_policy(old)
+    return report
+
+
+# Each compiled program keeps a few memory mappings of machine code alive in the process, and a full sweep
+# compiles tens of thousands: past the kernel's map limit (vm.max_map_count, 65530 by default) XLA's JIT
+# fails to allocate and the process dies. Larger runs therefore check CHUNK OpInfos per child process.
+CHUNK = 120
+
+
+def run_in_workers(ops: list, dtypes: Iterable[str], grad: bool, samples: int | None, chunk: int = CHUNK,
+                   quiet: bool = False) -> Report:
+    """run() over `ops` in child processes of `chunk` OpInfos each, one kind at a time. A child that dies
+    (a crash in the plugin) records an error for the op it was checking; the rest run in a new child."""
+    report = Report()
+    kinds = [(d, ["--dtype", d]) for d in dtypes] + ([(GRAD, ["--dtype", "", "--grad"])] if grad else [])
+    for kind, kind_args in kinds:
+        rs = report.results.setdefault(kind, {})
+        todo = [key(op) for op in ops]
+        t0 = time.perf_counter()
+        while todo:
+            part, todo = todo[:chunk], todo[chunk:]
+            with tempfile.TemporaryDirectory() as d:
+                out = os.path.join(d, "results.jsonl")
+                cmd = [sys.executable, "-m", "torch_pjrt.conformance", "--only", ",".join(part), "--worker", out,
+                       *kind_args] + (["--samples", str(samples)] if samples else []) + (["--quiet"] if quiet else [])
+                proc = subprocess.run(cmd)
+                done = {}
+                if os.path.exists(out):
+                    with open(out) as f:
+                        for line in f:
+                            r = json.loads(line)
+                            k = r.pop("key")
+                            done[k] = Result(**r)
+            rs.update(done)
+            missing = [k for k in part if k not in done]
+            if missing:
+                rs[missing[0]] = Result("error", f"the checking process died (exit status {proc.returncode})")
+                if not quiet:
+                    print(f"{kind:8} {'error':11} {missing[0]:45} {rs[missing[0]].detail}", flush=True)
+                todo = missing[1:] + todo
+        report.seconds[kind] = time.perf_counter() - t0
     return report
 
 
@@ -556,6 +615,9 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", default="", help="write the report as Markdown to this file")
     p.add_argument("--quiet", action="store_true", help="print only the totals")
     p.add_argument("--core", action="store_true", help="list the Core ATen IR operators without a tpu kernel, then stop")
+    p.add_argument("--chunk", type=int, default=CHUNK,
+                   help=f"OpInfos per child process when checking more (default {CHUNK}; 0: all in this process)")
+    p.add_argument("--worker", default="", help=argparse.SUPPRESS)  # a child of run_in_workers: its results file
     args = p.parse_args(argv)
     if args.core:
         missing = core_aten_without_rows()
@@ -566,7 +628,18 @@ def main(argv=None) -> int:
         if not isinstance(getattr(torch, d, None), torch.dtype):
             raise SystemExit(f"unknown dtype {d!r}")
     ops = select_ops(args.only)
-    report = run(ops, dtypes, args.grad, args.samples, None if args.quiet else lambda s: print(s, flush=True))
+    log = None if args.quiet else lambda s: print(s, flush=True)
+    if args.worker:
+        with open(args.worker, "a") as f:
+            def record(kind, k, r):
+                f.write(json.dumps({"key": k, **dataclasses.asdict(r)}) + "\n")
+                f.flush()
+            run(ops, dtypes, args.grad, args.samples, log, record)
+        return 0
+    if args.chunk and len(ops) > args.chunk:
+        report = run_in_workers(ops, dtypes, args.grad, args.samples, args.chunk, args.quiet)
+    else:
+        report = run(ops, dtypes, args.grad, args.samples, log)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report.to_json(), f, indent=1)
