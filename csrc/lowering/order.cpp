@@ -76,15 +76,39 @@ V median_dim(Ctx& c, bool ignore_nan, bool with_dim) {
   return V{b.reshape(val, c.out_dims(0)), b.reshape(pick(b, i, dim, pos), c.out_dims(1))};
 }
 
+// Along the last dim of m [R, n]: the smallest of the most frequent values and its last index, from
+// runs of equal values in stable sorted order (for rows too long to count pairwise).
+V mode_sorted(Builder& b, Value m) {
+  const int64_t R = m.dims()[0], n = m.dims()[1];
+  auto [s, p] = sort_nan_last(b, m, 1);
+  Value head = b.slice(s, {0, 0}, {R, n - 1}, {1, 1}), tail = b.slice(s, {0, 1}, {R, n}, {1, 1});
+  Value differ = b.compare(Cmp::NE, head, tail);  // 0 and -0 are one run, as on the CPU; NaN never equal
+  Value one = b.constant_i(1, Type{ElementType::kPred, {R, 1}});
+  Value starts = b.concatenate({one, differ}, 1), ends = b.concatenate({differ, one}, 1);
+  Value iota = b.iota(Type{ElementType::kS64, {R, n}}, 1), zero = b.constant_i(0, iota.type);
+  Value first = b.select(starts, iota, zero);  // -> the start of each position's run: a prefix maximum
+  for (int64_t shift = 1; shift < n; shift *= 2) {
+    Value before = b.slice(b.pad(first, b.scalar_i(0, ElementType::kS64), {0, shift}, {0, 0}, {0, 0}), {0, 0},
+                           {R, n}, {1, 1});
+    first = b.binary("maximum", first, before);
+  }
+  Value len = b.select(ends, b.binary("add", b.binary("subtract", iota, first), b.constant_i(1, iota.type)), zero);
+  Value maxf = reduce(b, len, {1}, "maximum", b.scalar_i(0, ElementType::kS64));
+  Value best = b.compare(Cmp::EQ, len, b.broadcast_in_dim(maxf, {R, n}, {0}));
+  Value pos = reduce(b, b.select(best, iota, b.constant_i(n, iota.type)), {1}, "minimum", b.scalar_i(n, ElementType::kS64));
+  return V{pick(b, s, 1, pos), pick(b, p, 1, pos)};
+}
+
 // mode(self, dim, keepdim) -> (values, indices): the smallest of the most frequent values and the last
-// index holding it (torch's CPU kernel on small rows); pairwise counting, for rows up to 2048 long.
+// index holding it (torch's CPU kernel on small rows); pairwise counting for rows up to 2048 long, sorted
+// runs beyond.
 V mode(Ctx& c) {
   Builder& b = c.b;
   Value x = c.t(0);
   if (x.rank() == 0) return V{x, b.constant_i(0, c.out(1))};
   int64_t dim = wrap_dim(c.i(1), x.rank());
   const int64_t n = x.dims()[dim];
-  if (n == 0 || n > 2048) throw hlo::Error("mode: unsupported row length");
+  if (n == 0) throw hlo::Error("mode: unsupported row length");
   if (pjrt::is_complex(x.elem())) throw hlo::Error("mode: complex inputs are not lowered");
   // move dim last: [R, n]
   Dims perm;
@@ -95,6 +119,10 @@ V mode(Ctx& c) {
   Dims rest(xt.dims().begin(), xt.dims().end() - 1);
   const int64_t R = numel(rest);
   Value m = b.reshape(xt, {R, n});
+  if (n > 2048) {
+    V r = mode_sorted(b, m);
+    return V{b.reshape(r[0], c.out_dims(0)), b.reshape(r[1], c.out_dims(1))};
+  }
   Value eq = b.compare(Cmp::EQ, b.broadcast_in_dim(m, {R, n, n}, {0, 1}), b.broadcast_in_dim(m, {R, n, n}, {0, 2}));
   Value freq = reduce_sum(b, b.convert(eq, ElementType::kS64), {2});  // [R, n]
   Value maxf = reduce(b, freq, {1}, "maximum", b.scalar_i(0, ElementType::kS64));

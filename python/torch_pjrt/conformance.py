@@ -73,8 +73,9 @@ def _random_sample(name: str, s) -> bool:
 
 
 # (values, indices) ops whose indices among equal values are unspecified (the CPU's depend on its partial
-# sort): values must match, and the indices must select those values from the input.
-TIED_INDEX_OPS = {"topk"}
+# sort, or for mode on std::sort, which is unstable on rows longer than 16): values must match, and the
+# indices must select those values from the input.
+TIED_INDEX_OPS = {"topk", "mode"}
 # Ops whose tensor arguments after the input are host data by definition (PyTorch requires them on the CPU).
 HOST_TENSOR_ARGS = {"tensor_split"}
 # Ops returning uninitialized memory: shapes, dtypes and strides only.

@@ -606,3 +606,22 @@ def test_repeat_interleave_with_tensor_repeats(fallback_policy):
             torch.repeat_interleave(bad.to("tpu"))
     with pytest.raises(RuntimeError, match="does not match"):
         torch.repeat_interleave(torch.tensor([2, 0, 3], device="tpu"), output_size=4)
+
+
+@pytest.mark.parametrize("shape,dim", [((7,), 0), ((3, 10), 1), ((3000,), 0), ((2, 2500), 1), ((2600, 3), 0)])
+@pytest.mark.parametrize("spread", [5, 1000])
+def test_mode(shape, dim, spread, fallback_policy):
+    """mode: the CPU's values (the smallest of the most frequent); rows longer than 2048 go through sorted
+    runs instead of pairwise counts. Indices: the CPU's on short rows (its sort is then stable); on long rows
+    its std::sort is not, so any index holding the value is right."""
+    fallback_policy("error")
+    g = torch.Generator().manual_seed(spread)
+    x = torch.randint(-spread, spread, shape, generator=g).float()
+    x.view(-1)[::7] = -0.0
+    want = torch.mode(x, dim)
+    got = torch.mode(x.to("tpu"), dim)
+    assert torch.equal(got.values.cpu(), want.values)
+    idx = got.indices.cpu()
+    assert torch.equal(x.gather(dim, idx.unsqueeze(dim)).squeeze(dim), want.values)
+    if shape[dim] <= 16:
+        assert torch.equal(idx, want.indices)
