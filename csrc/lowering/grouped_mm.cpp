@@ -115,6 +115,43 @@ Value group_weights(Builder& b, Value w, Value g, ElementType acc) {
   return b.convert(b.reshape(b.dynamic_slice(w, {g, z, z}, {1, d[1], d[2]}), {d[1], d[2]}), acc);
 }
 
+// rows[i] of x [M, K] for i in `rows` (s32[R]) -> [R, K]
+Value take_rows(Builder& b, Value x, Value rows) {
+  const int64_t r = rows.dims()[0], k = x.dims()[1];
+  return b.gather(x, rows, hlo::GatherDims{{1}, {0}, {0}, 1}, {1, k}, {r, k});
+}
+
+// The first `cap` rows of every group at once, for weights w [G, N, K] (nt form): the rows are gathered
+// into a dense [G, cap, K] block (slot c of group g holds row starts[g] + c), multiplied by all the
+// weights in one batched dot into [G, N, cap], and gathered back in row order -> [N, M] in `acc`; rows
+// past their group's first `cap`, and rows in no group, are zero. One dot over every expert reads the
+// weights once, in storage order, contracting over the contiguous K: on XLA:CPU 1.3-2x less CPU time
+// than the loop over groups at 4 rows per group (float32; bfloat16 weights go straight into the dot, as
+// bfloat16, at 2x less). The result is gathered straight from the dot's [G, N, cap]: XLA folds a
+// transpose after the dot back into the slow [G, cap, K] . [G, N, K] form (7x slower). Slots past a
+// group's end compute on some other row and are never read back.
+Value dense_rows(Builder& b, Value x, Value w, Value starts, Value ends, int64_t cap, ElementType acc) {
+  const int64_t m = x.dims()[0], k = x.dims()[1], n = w.dims()[1], groups = w.dims()[0];
+  const Type slots{kIdx, {groups, cap}};
+  Value slot_row = b.binary("add", b.broadcast_in_dim(starts, slots.dims, {0}), b.iota(slots, 1));
+  slot_row = b.clamp(idx(b, 0), slot_row, idx(b, m - 1));
+  Value xg = b.reshape(b.convert(take_rows(b, x, b.reshape(slot_row, {groups * cap})), w.elem()), {groups, cap, k});
+  Value y = b.dot_general(w, xg, {0}, {0}, {2}, {2}, acc);  // [G, N, cap]
+  // row r's group: the number of groups ending at or before it (G for rows past the last group), and
+  // its place in the group
+  const Type rg{kIdx, {m, groups}};
+  Value done = b.compare(Cmp::LE, b.broadcast_in_dim(ends, rg.dims, {1}), b.iota(rg, 0));
+  Value g = reduce_sum(b, b.convert(done, kIdx), {1});
+  Value gc = min(b, g, b.constant_i(groups - 1, g.type));
+  Value pos = b.binary("subtract", b.iota(g.type, 0), b.gather(starts, gc, hlo::GatherDims{{}, {0}, {0}, 1}, {1}, {m}));
+  Value valid = b.binary("and", b.compare(Cmp::LT, g, b.constant_i(groups, g.type)),
+                         b.compare(Cmp::LT, pos, b.constant_i(cap, pos.type)));
+  pos = b.clamp(idx(b, 0), pos, idx(b, cap - 1));
+  Value at_gc = b.concatenate({b.reshape(gc, {m, 1}), b.reshape(pos, {m, 1})}, 1);
+  Value cols = b.gather(y, at_gc, hlo::GatherDims{{0}, {0, 2}, {0, 2}, 1}, {1, n, 1}, {n, m});
+  return b.select(b.broadcast_in_dim(valid, {n, m}, {1}), cols, like(b, 0, cols));
+}
+
 // x[M,K] with rows in groups times w[G,K,N] -> [M,N] in `acc`: row m of group g is x[m] @ w[g]. With
 // `nt`, w is given as [G,N,K] (the storage order of a transposed view), and w[g] is its transpose; then
 // the product is formed as w[g] . x^T into a transposed result, transposed once at the end: XLA:CPU runs
@@ -129,6 +166,10 @@ Value group_weights(Builder& b, Value w, Value g, ElementType acc) {
 // XLA reads straight from the bfloat16 parameter into one float32 [K, N] buffer (reused by the next
 // slot: each slot's slice waits for the previous slot's tiles), then runs that group's tiles. Slots past
 // the last non-empty group have no rows; they re-read that group's weights, still in cache.
+//
+// With nt weights and enough rows (see below), a dense pass (dense_rows) does the first `T` rows of
+// every group in one batched dot; the loops (or slots) then take only the rows past them, in the few
+// groups that have more: none at all under even routing.
 Value ragged_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType acc) {
   const int64_t m = x.dims()[0], k = x.dims()[1], n = nt ? w.dims()[1] : w.dims()[2], groups = w.dims()[0];
   Value out = b.constant(0, Type{acc, nt ? Dims{n, m} : Dims{m, n}});
@@ -148,6 +189,17 @@ Value ragged_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType
     return bb.dynamic_update_slice(o, bb.select(bb.broadcast_in_dim(keep, {t, n}, {0}), y, old), {s, z});
   };
   auto [starts, ends] = group_bounds(b, offs, m);
+  // the dense pass first where most groups have rows (see dense_rows): nt weights only (XLA:CPU's
+  // batched [G, cap, K] . [G, K, N] is slower than the loops), from two rows per group on (a group has
+  // rows with odds 1 - e^-2 = 86% under uniform routing; fewer, and reading every expert costs more
+  // than the loop saves), from one for half precision (whose slots cost more per group than the loop)
+  const int64_t cap = t;
+  int64_t busy = std::min(m, groups);  // groups that may have rows left for the loops
+  if (nt && m >= (is_half(w.elem()) ? 1 : 2) * groups) {
+    out = dense_rows(b, x, w, starts, ends, cap, acc);
+    starts = min(b, b.binary("add", starts, b.broadcast_in_dim(idx(b, cap), {groups}, {})), ends);
+    busy = std::min(groups, m / (cap + 1));  // those with more than `cap` rows
+  }
   if (!is_half(w.elem())) {
     auto group_tile = [&](Builder& bb, Value g, Value s, Value keep, Value o, const V& xw) {
       return tile(bb, s, keep, o, xw[0], group_weights(bb, xw[1], g, acc));
@@ -159,7 +211,7 @@ Value ragged_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType
   Value count = reduce_sum(b, b.convert(b.compare(Cmp::LT, starts, ends), kIdx), {0});
   Value last = max(b, b.binary("subtract", count, idx(b, 1)), idx(b, 0));
   Value after = idx(b, 0);  // the previous slot's final row counter (never negative): orders the slots
-  for (int64_t i = 0, slots = std::min(m, groups); i < slots; ++i) {
+  for (int64_t i = 0; i < busy; ++i) {
     Value slot = min(b, idx(b, i), last);
     slot = b.select(b.compare(Cmp::LT, after, idx(b, 0)), after, slot);
     Value g = at(b, order, slot);

@@ -173,6 +173,60 @@ def test_ragged_dot_half_precision_slots(dtype, nt, rows, sizes):
         torch.testing.assert_close(mine[:used], torch._grouped_mm(x, w, offs=offs)[:used])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("nt", [False, True], ids=["kn", "nk_view"])
+@pytest.mark.parametrize(
+    "rows,sizes",
+    [
+        # rows >= 2 x groups: the dense pass (nt weights) with 8-row slots; group 0 overflows by 3 rows into
+        # the loop, empty groups, 2 rows past the groups
+        (24, [11, 0, 0, 5, 1, 0, 3, 2]),
+        (24, [0, 0, 24, 0, 0, 0, 0, 0]),  # every row in one group: 16 rows past its slots
+        (24, [3, 3, 3, 3, 3, 3, 3, 3]),  # even routing: no overflow
+        # groups <= rows < 2 x groups: the dense pass for bfloat16 only (4-row slots, both groups
+        # overflow), the loop for float32
+        (12, [0, 5, 0, 0, 6, 0, 0, 0]),
+        (8, [0, 0, 0, 0, 0, 0, 0, 8]),  # the last group only
+        (6, [1, 0, 2, 0, 0, 0, 3, 0]),  # rows < groups: the loop (slots) only
+    ],
+    ids=["overflow", "one_group", "even", "between", "last_only", "few_rows"],
+)
+def test_ragged_dot_dense_pass(dtype, nt, rows, sizes):
+    # the dense pass (one batched dot over every group's first rows) and the loop for the rows past them,
+    # on both sides of the threshold: forward and both gradients (whose dx runs the other weight layout)
+    # against the reference loop on the same (rounded) inputs in float32, rounded once
+    gs = torch.tensor(sizes, dtype=torch.int32)
+    x = torch.randn(rows, 32).to(dtype)
+    groups = len(sizes)
+    w = torch.randn(groups, 16, 32).to(dtype).transpose(1, 2) if nt else torch.randn(groups, 32, 16).to(dtype)
+    dy = torch.randn(rows, 16).to(dtype)
+    xr, wr = x.float().clone().requires_grad_(), w.float().clone().requires_grad_()
+    want = ref_ragged_dot(xr, wr, gs)
+    want.backward(dy.float())
+    wd = (w.transpose(1, 2).contiguous().to("tpu").transpose(1, 2) if nt else w.to("tpu")).requires_grad_()
+    xd = x.to("tpu").requires_grad_()
+    got = torch.ops.torch_pjrt.ragged_dot(xd, wd, gs.to("tpu"))
+    got.backward(dy.to("tpu"))
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else {}
+    torch.testing.assert_close(got.cpu(), want.detach().to(dtype), **tol)
+    torch.testing.assert_close(xd.grad.cpu(), xr.grad.to(dtype), **tol)
+    torch.testing.assert_close(wd.grad.cpu(), wr.grad.to(dtype), **tol)
+    assert (got.cpu()[int(gs.sum()):] == 0).all()
+    if dtype == torch.float32:  # torch's own CPU kernel on the same inputs
+        offs = gs.cumsum(0, dtype=torch.int32)
+        check(lambda a, b, o: torch._grouped_mm(a, b, offs=o)[: int(gs.sum())], x, w, offs)
+
+
+def test_ragged_dot_dense_pass_nonfinite():
+    # a slot past a group's end computes on another row: an inf there must not reach any result
+    x = torch.randn(16, 8)
+    x[5] = float("inf")
+    x[9] = float("nan")
+    w = torch.randn(4, 6, 8).transpose(1, 2)
+    gs = torch.tensor([5, 1, 3, 5], dtype=torch.int32)
+    check(lambda a, b, o: torch._grouped_mm(a, b, offs=o)[:14], x, w, gs.cumsum(0, dtype=torch.int32), equal_nan=True)
+
+
 def test_ragged_dot_bad_input():
     with pytest.raises(RuntimeError, match="ragged_dot"):
         torch.ops.torch_pjrt.ragged_dot(torch.randn(4, 8), torch.randn(2, 6, 4), torch.tensor([2, 2], dtype=torch.int32))
