@@ -10,6 +10,7 @@
 
 #include "aten/errors.h"
 #include "aten/execution.h"
+#include "aten/generator.h"
 #include "aten/graph.h"
 #include "aten/storage.h"
 #include "aten/table_entry.h"
@@ -29,7 +30,7 @@ constexpr size_t kMaxOps = 2000;  // a longer stream runs at once (memory of def
 // place each time, and every cut would be a new program. Instead a stream of at least kMinCycle ops also runs
 // when its first op comes round again (the same eager entry: the next step), so each repetition is one
 // stream of the same structure.
-constexpr size_t kMinCycle = 64;
+constexpr size_t kMinCycle = 16;
 
 // A stream value is an input (a storage's buffer when the stream first touched the storage), a result
 // of an op, or -1 for a never-written storage (torch.empty). Value ids are numbered in order of
@@ -62,6 +63,7 @@ struct Op {
   std::vector<Read> reads;  // in the order the row takes its tensors
   std::vector<NewTensor> news;
   std::vector<Write> writes;
+  int rng = -1;  // a random row's generator state (an input)
 };
 
 struct Value {
@@ -168,6 +170,7 @@ std::shared_ptr<GraphProgram> build(const Stream& s, const std::vector<PendingVa
     try {
       std::vector<int> ids;
       for (const Read& r : op.reads) ids.push_back(gb.read(r.value < 0 ? -1 : gid[r.value], r.form, r.view));
+      gb.rng_id = op.rng < 0 ? -1 : gid[op.rng];
       std::vector<int> res = gb.apply(op.row->overloads.front(), op.args, ids, *op.results);
       for (const NewTensor& n : op.news)
         gid[n.value] = n.perm.empty() ? res.at(n.result) : gb.transpose(res.at(n.result), n.perm);
@@ -267,8 +270,8 @@ int64_t streams_run() { return g_streams.load(); }
 
 bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& stack, size_t base, int device,
             const std::vector<c10::Storage>& slots, std::vector<at::Tensor>& results) {
+  if (launch_blocking()) return false;  // debug eager wins: each op runs, and raises, at once
   const unsigned flags = info.row->flags;
-  if (flags & lowering::kRandom) return false;  // the eager path draws the generator's state
   std::vector<at::Tensor> targets;              // written tensors, as the eager program takes them
   for (size_t i = 0; i < info.schema_args; ++i) {
     if (!info.written[i]) continue;
@@ -294,6 +297,12 @@ bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& sta
   }
   Op op{&entry, info.row, &info.name, {}, &entry.results, {}, {}, {}};
   s.key.push_back(reinterpret_cast<int64_t>(&entry));
+  if (flags & lowering::kRandom) {  // the generator advances now, as when the op runs eagerly
+    std::optional<at::Generator> gen;
+    for (size_t i = 0; i < info.schema_args; ++i)
+      if (stack[base + i].isGenerator()) gen = stack[base + i].toGenerator();
+    op.rng = input_value(s, next_rng_state(device, gen));
+  }
   auto tensor_arg = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined()) return t;
     if (t.device().type() != c10::DeviceType::PrivateUse1) {  // a Python number: a run-time scalar

@@ -138,7 +138,7 @@ std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::j
     inputs_.push_back({true, -1, {pjrt::ElementType::kU64, {2}}});
     return state;
   };
-  if (row.flags & lowering::kRandom) ctx.rng_state = add_rng_state();
+  if (row.flags & lowering::kRandom) ctx.rng_state = rng_id >= 0 ? value(rng_id) : add_rng_state();
   ctx.lazy_rng_state = add_rng_state;
   std::vector<hlo::Value> results = row.fn(ctx);
   convert_results(b_, results, specs, "aten::" + overload);
