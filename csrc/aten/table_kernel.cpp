@@ -533,6 +533,7 @@ class TableKernel final : public c10::OperatorKernel {
         return a;
       }
       int s = slot_of(t);
+      a.contiguous = t.is_contiguous();
       if (!written_[index] && reads_growable(t)) {
         a.value = read_dynamic(b, slot_values[s], t, index, item, in_specs, entry);
         return a;  // no layout hint: the strides are not part of the key
@@ -959,7 +960,10 @@ void register_table_kernels(torch::Library& m, const std::set<std::string>& cust
       auto op = find_op(overload);
       if (!op) continue;  // not in this torch version
       auto kernel = std::make_unique<TableKernel>(&row, "aten::" + overload);
-      if (custom.count(overload)) {
+      // A backend kernel for a CompositeImplicitAutograd op (square, outer, where.ScalarSelf, ...) would
+      // also replace its decomposition under autograd, where it has no formula: its gradient would be
+      // silently lost. Such rows serve graphs only (call_row, GraphBuilder); eager decomposes.
+      if (custom.count(overload) || op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
         unregistered().emplace(overload, Unregistered{std::move(kernel), op});
         continue;
       }

@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "lowering/helpers.h"
@@ -248,11 +249,23 @@ std::pair<Value, Value> det_parts(Mat& m, const Lu& f, ElementType t) {
   return {sign, m.diag(f.lu)};
 }
 
+// The matrix whose LU _linalg_det and _linalg_slogdet return: the CPU factors A^T when A is contiguous
+// and real (det(A^T) = det(A), and LAPACK wants column-major), and its backward solves with that LU
+// accordingly, so the LU is part of the result.
+Value det_input(Ctx& c) {
+  Value a = c.t(0);
+  if (!c.arg(0).contiguous || pjrt::is_complex(a.elem())) return a;
+  Dims perm(a.rank());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[a.rank() - 1], perm[a.rank() - 2]);
+  return c.b.transpose(a, perm);
+}
+
 V det_row(Ctx& c) {
   if (empty_matrices(c.t(0))) return constants(c, {0});
   Mat* m;
   std::unique_ptr<Mat> h;
-  Value a = square(c, c.t(0), batch_of(c.t(0).dims(), 2), m, h);
+  Value a = square(c, det_input(c), batch_of(c.t(0).dims(), 2), m, h);
   Lu f = lu_factor(*m, a);
   auto [sign, diag] = det_parts(*m, f, a.elem());
   Value det = c.b.binary("multiply", sign, reduce(c.b, diag, {1}, "multiply", c.b.scalar(1, a.elem())));
@@ -264,7 +277,7 @@ V slogdet_row(Ctx& c) {
   Builder& b = c.b;
   Mat* m;
   std::unique_ptr<Mat> h;
-  Value a = square(c, c.t(0), batch_of(c.t(0).dims(), 2), m, h);
+  Value a = square(c, det_input(c), batch_of(c.t(0).dims(), 2), m, h);
   Lu f = lu_factor(*m, a);
   auto [sign, diag] = det_parts(*m, f, a.elem());
   Value s = b.binary("multiply", sign, reduce(b, b.unary("sign", diag), {1}, "multiply", b.scalar(1, a.elem())));

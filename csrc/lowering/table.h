@@ -32,6 +32,9 @@ struct Arg {
   // transposed [G, K, N] view of a [G, N, K] tensor; empty when unknown). A hint for rows whose cost
   // depends on it: transposing back to storage order cancels the view's transpose, so costs nothing.
   Dims layout;
+  // kTensor: torch's is_contiguous() of the argument where ops' results depend on it (eager; a graph's
+  // values are dense and taken as contiguous).
+  bool contiguous = true;
   bool weak = false;        // a Python number (kScalar, or a wrapped-number tensor): weakest in promotion
   std::vector<Value> list;  // kTensorList (missing optional entries are invalid Values)
   int64_t i = 0;            // kInt, kBool

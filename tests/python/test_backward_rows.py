@@ -112,3 +112,36 @@ def test_gradient_matches_cpu(name):
     _assert_same(got.detach(), expected.detach())
     for t, c in zip(tpu, cpu):
         _assert_same(t.grad, c.grad)
+
+
+# ------------------------------------------------------------------ composite ops keep their gradients
+def test_no_backend_kernel_bypasses_a_composite_op():
+    """A "tpu" kernel for a CompositeImplicitAutograd op would replace its decomposition under autograd too,
+    where it has no formula: gradients through it were silently lost (square, outer, where with a scalar).
+    Such ops decompose in eager (their rows serve compiled graphs)."""
+    regs = torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    bypassing = sorted(r for r in regs if has(r, "CompositeImplicitAutograd"))
+    # not a data op: it answers whether .to("tpu") may keep a parameter's identity (issue 11)
+    assert bypassing == ["aten::_has_compatible_shallow_copy_type"], bypassing
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: torch.square(a),
+    lambda a, b: torch.outer(a[0], b[1]),
+    lambda a, b: torch.where(a > 0, 1.5, b),
+    lambda a, b: torch.where(a > 0, a, -2.0),
+    lambda a, b: torch.logdet(a @ a.mT + torch.eye(4, device=a.device)),
+    lambda a, b: torch.isfinite(a).float() * b,
+], ids=["square", "outer", "where_scalar_self", "where_scalar_other", "logdet", "isfinite"])
+def test_composite_op_gradients(fn):
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
+    grads = []
+    for dev in ("cpu", "tpu"):
+        x, y = a.to(dev).requires_grad_(), b.to(dev).requires_grad_()
+        out = fn(x, y)
+        gx, gy = torch.autograd.grad(out.sum(), (x, y), allow_unused=True, materialize_grads=True)
+        grads.append((out.detach().cpu(), gx.cpu(), gy.cpu()))
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want)
