@@ -73,7 +73,8 @@ def main():
                          num_experts=args.experts, num_experts_per_tok=args.top_k, norm_topk_prob=True)
     bw = copy_bandwidth()
     print(f"{args.experts} experts, top-{args.top_k}, hidden {args.hidden}, expert intermediate {args.intermediate}; "
-          f"copy bandwidth {bw / 1e9:.1f} GB/s (read + write); {os.cpu_count()} CPUs")
+          f"copy bandwidth {bw / 1e9:.1f} GB/s (read + write); {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f}")
     per_expert = 3 * args.hidden * args.intermediate  # gate, up and down projections
 
     for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
@@ -129,7 +130,8 @@ def main():
                 line += " ".join(f"{times[i] / ours:8.1f}x" for i in impls if i != "ragged_dot")
                 line += f"  {ours / floor_ms:9.1f}x"
             print(line, flush=True)
-    print("\nx/impl: that implementation's step time over ours (ragged_dot), both on tpu; ours/floor: our step "
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
+    print("x/impl: that implementation's step time over ours (ragged_dot), both on tpu; ours/floor: our step "
           "time over the bandwidth floor")
 
 

@@ -8,7 +8,10 @@
 // group, for each tile of T rows of it, one dot with that group's weights, masked to the group's rows
 // and written into place. No host sync, no data-dependent shapes, and the weights of empty groups are
 // never read: the work follows the routing, as a ragged dot does. Half-precision weights visit the
-// groups through slots unrolled in the program instead of a loop (see ragged_rows).
+// groups through slots unrolled in the program instead of a loop (see ragged_rows). Where most groups
+// have rows (decode at larger batch sizes, prefill) and the weights come as a transposed view, a dense
+// pass does the first rows of every group in one batched dot first (dense_rows), and the loop only
+// what is left.
 #include "lowering/helpers.h"
 
 namespace lowering {

@@ -4,8 +4,9 @@
 contiguous groups, ``group_sizes[g]`` rows for group ``g``, and row ``m`` of group ``g`` is ``x[m] @ w[g]``.
 Rows past ``group_sizes.sum()`` are zero. Differentiable in ``x`` and ``w``; a fake kernel lets
 torch.compile trace it. On "tpu" it runs as one device program (``aten::_grouped_mm``'s native row: a
-static-shape loop over groups, no host sync); elsewhere a reference implementation runs, so a model
-that uses it runs anywhere.
+static-shape loop over the non-empty groups, after one batched dot over every group's first rows where
+most groups have rows; no host sync); elsewhere a reference implementation runs, so a model that uses
+it runs anywhere.
 
 ``experts_implementation="ragged_dot"``: a Transformers experts implementation built on it. Tokens are
 routed with a stable argsort and a per-expert count (a scatter-add into a fixed-size vector), so
