@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include <ATen/ops/_batch_norm_with_update.h>
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/empty.h>
@@ -98,28 +99,58 @@ void multilabel_margin_loss(torch::jit::Stack& s) {
   s.emplace_back(is_target);
 }
 
-// Batch norm with running statistics, not training: the CPU returns empty (0,) save_mean and save_invstd,
-// torch's meta kernels [C] ones.
-void push_eval_stats(torch::jit::Stack& s, const std::vector<at::Tensor>& r, bool training) {
-  for (size_t i = 0; i < r.size(); ++i)
-    s.emplace_back(!training && (i == 1 || i == 2) ? at::empty({0}, r[i].options()) : r[i]);
+// Batch norm statistics (save_mean, save_invstd: results 1 and 2) as the CPU returns them: empty (0,)
+// when not training (torch's meta kernels say [C]), else in the parameters' dtype (the weight's, or the
+// input's without one; the meta kernels say float32 for float16).
+void push_batch_norm(torch::jit::Stack& s, const std::vector<at::Tensor>& r, bool training,
+                     const std::optional<at::Tensor>& weight, at::ScalarType input) {
+  const at::ScalarType param = weight && weight->defined() ? weight->scalar_type() : input;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const bool stat = i == 1 || i == 2;
+    if (stat && !training) s.emplace_back(at::empty({0}, r[i].options().dtype(param)));
+    else if (stat && r[i].scalar_type() != param) s.emplace_back(at::empty(r[i].sizes(), r[i].options().dtype(param)));
+    else s.emplace_back(r[i]);
+  }
 }
 
 void batch_norm_functional(torch::jit::Stack& s) {
+  const at::Tensor x = s[0].toTensor();
+  const auto w = s[1].toOptional<at::Tensor>();
   const bool training = s[5].toBool();
-  auto r = at::_native_batch_norm_legit_functional(s[0].toTensor(), s[1].toOptional<at::Tensor>(),
-                                                   s[2].toOptional<at::Tensor>(), s[3].toTensor(), s[4].toTensor(),
-                                                   training, s[6].toDouble(), s[7].toDouble());
+  auto r = at::_native_batch_norm_legit_functional(x, w, s[2].toOptional<at::Tensor>(), s[3].toTensor(),
+                                                   s[4].toTensor(), training, s[6].toDouble(), s[7].toDouble());
   torch::jit::drop(s, 8);
-  push_eval_stats(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r), std::get<4>(r)}, training);
+  push_batch_norm(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r), std::get<4>(r)}, training, w,
+                  x.scalar_type());
+}
+
+void batch_norm_no_stats(torch::jit::Stack& s) {
+  const at::Tensor x = s[0].toTensor();
+  const auto w = s[1].toOptional<at::Tensor>();
+  const bool training = s[3].toBool();
+  auto r = at::_native_batch_norm_legit(x, w, s[2].toOptional<at::Tensor>(), training, s[4].toDouble(),
+                                        s[5].toDouble());
+  torch::jit::drop(s, 6);
+  push_batch_norm(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r)}, training, w, x.scalar_type());
+}
+
+void batch_norm_with_update(torch::jit::Stack& s) {
+  const at::Tensor x = s[0].toTensor();
+  const auto w = s[1].toOptional<at::Tensor>();
+  auto r = at::_batch_norm_with_update_functional(x, w, s[2].toOptional<at::Tensor>(), s[3].toTensor(),
+                                                  s[4].toTensor(), s[5].toDouble(), s[6].toDouble());
+  torch::jit::drop(s, 7);
+  push_batch_norm(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r), std::get<4>(r), std::get<5>(r)},
+                  true, w, x.scalar_type());
 }
 
 void batch_norm_no_training(torch::jit::Stack& s) {
-  auto r = at::_native_batch_norm_legit_no_training(s[0].toTensor(), s[1].toOptional<at::Tensor>(),
-                                                    s[2].toOptional<at::Tensor>(), s[3].toTensor(), s[4].toTensor(),
-                                                    s[5].toDouble(), s[6].toDouble());
+  const at::Tensor x = s[0].toTensor();
+  const auto w = s[1].toOptional<at::Tensor>();
+  auto r = at::_native_batch_norm_legit_no_training(x, w, s[2].toOptional<at::Tensor>(), s[3].toTensor(),
+                                                    s[4].toTensor(), s[5].toDouble(), s[6].toDouble());
   torch::jit::drop(s, 7);
-  push_eval_stats(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r)}, false);
+  push_batch_norm(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r)}, false, w, x.scalar_type());
 }
 
 }  // namespace
@@ -129,6 +160,8 @@ ShapeRule shape_rule(const std::string& name, const std::string& overload) {
   if (name == "aten::geqrf" && overload.empty()) return geqrf;
   if (name == "aten::_native_batch_norm_legit_functional" && overload.empty()) return batch_norm_functional;
   if (name == "aten::_native_batch_norm_legit_no_training" && overload.empty()) return batch_norm_no_training;
+  if (name == "aten::_native_batch_norm_legit" && overload == "no_stats") return batch_norm_no_stats;
+  if (name == "aten::_batch_norm_with_update_functional" && overload.empty()) return batch_norm_with_update;
   if (name == "aten::multi_margin_loss" && overload.empty()) return multi_margin_loss;
   if (name == "aten::multilabel_margin_loss_forward" && overload.empty()) return multilabel_margin_loss;
   return nullptr;

@@ -32,13 +32,24 @@ Value mean_over(Builder& b, Value x, const Shape& s) {
   return b.binary("divide", sum, b.constant(static_cast<double>(s.count), sum.type));
 }
 
-// out = (x - mean) * invstd * weight + bias
-Value normalize(Ctx& c, Value x, Value mean, Value invstd, size_t weight, size_t bias) {
+// out = x * alpha + beta, alpha = invstd * weight and beta = bias - mean * alpha per channel, in the
+// accumulation type, as the CPU's kernel computes it. With `rounded`, mean and invstd are training
+// statistics, which the CPU stores in the parameters' dtype (bfloat16 for a bfloat16 model) before using
+// them: they are rounded to it first.
+Value normalize(Ctx& c, Value x, Value mean, Value invstd, size_t weight, size_t bias, bool rounded = false) {
   Builder& b = c.b;
-  Value y = b.binary("multiply", b.binary("subtract", x, per_channel(b, mean, x)), per_channel(b, invstd, x));
-  if (c.has(weight)) y = b.binary("multiply", y, per_channel(b, b.convert(c.t(weight), x.elem()), x));
-  if (c.has(bias)) y = b.binary("add", y, per_channel(b, b.convert(c.t(bias), x.elem()), x));
-  return y;
+  if (rounded) {
+    ElementType param = c.has(weight) ? c.t(weight).elem() : c.has(bias) ? c.t(bias).elem() : c.t(0).elem();
+    mean = b.convert(b.convert(mean, param), mean.elem());
+    invstd = b.convert(b.convert(invstd, param), invstd.elem());
+  }
+  Value alpha = invstd, beta = b.binary("multiply", mean, alpha);
+  if (c.has(weight)) {
+    alpha = b.binary("multiply", alpha, b.convert(c.t(weight), x.elem()));
+    beta = b.binary("multiply", mean, alpha);
+  }
+  beta = c.has(bias) ? b.binary("subtract", b.convert(c.t(bias), x.elem()), beta) : b.unary("negate", beta);
+  return b.binary("add", b.binary("multiply", x, per_channel(b, alpha, x)), per_channel(b, beta, x));
 }
 
 ElementType acc(Ctx& c) { return accumulation_type(c.t(0).elem()); }
@@ -66,7 +77,7 @@ V train_and_update(Ctx& c, double momentum, double eps) {
   Value new_rm = b.binary("add", b.binary("multiply", keep, rm), b.binary("multiply", m, mean));
   Value new_rv = b.binary("add", b.binary("multiply", keep, rv),
                           b.binary("multiply", m, b.binary("multiply", var, b.constant(unbias, var.type))));
-  return V{normalize(c, x, mean, invstd, 1, 2), mean, invstd, new_rm, new_rv};
+  return V{normalize(c, x, mean, invstd, 1, 2, true), mean, invstd, new_rm, new_rv};
 }
 
 // _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training, momentum, eps)
@@ -95,7 +106,7 @@ V train_with_update(Ctx& c) {
 V train_without_stats(Ctx& c) {
   Value x = c.b.convert(c.t(0), acc(c));
   auto [mean, var, invstd] = batch_stats(c, x, c.d(5));
-  return V{normalize(c, x, mean, invstd, 1, 2), mean, invstd};
+  return V{normalize(c, x, mean, invstd, 1, 2, true), mean, invstd};
 }
 
 // _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps)
