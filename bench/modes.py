@@ -1,11 +1,12 @@
 """Steps per second of one model and input under each execution mode, side by side in one run:
-strict eager on "tpu", fused eager on "tpu" (torch_pjrt.set_eager_mode("fused")), torch.compile(backend="tpu") on "tpu", torch CPU eager and torch.compile(inductor)
-on the CPU, and for the tiny Llama the same model written in JAX and jax.jit-ed (bench/jax_llama.py, CPU
-backend; skipped with a note when jax is not importable). Workloads: a training step (forward, backward,
-AdamW) of an MLP, of the small transformer encoder of tests/python/test_training.py and of the tiny Llama
-of tests/python/hf_tiny.py; an inference step of the first two; a static-cache decode step of the tiny
-Llama at batch 1 and 8. Then cold start: process start to the tiny Llama's first logits on "tpu", with an
-empty and with a warm on-disk program cache.
+strict eager on "tpu", fused eager on "tpu" (torch_pjrt.set_eager_mode("fused")), torch.compile(backend="tpu")
+on "tpu", torch CPU eager and torch.compile(inductor) on the CPU, and for the tiny Llama the same model
+written in JAX and jax.jit-ed (bench/jax_llama.py, CPU backend; skipped with a note when jax is not
+importable). Workloads: a training step (forward, backward, AdamW) of an MLP, of the small transformer
+encoder of tests/python/test_training.py and of the tiny Llama of tests/python/hf_tiny.py; an inference
+step of the first two; a static-cache decode step of the tiny Llama at batch 1 and 8. Then cold start:
+process start to the tiny Llama's first logits on "tpu", with an empty and with a warm on-disk program
+cache.
 
     python bench/modes.py [--steps 30] [--only llama]
 """

@@ -268,6 +268,19 @@ int64_t pending_ops() {
 
 int64_t streams_run() { return g_streams.load(); }
 
+bool grows(const torch::jit::Stack& stack, size_t base) {
+  if (stack.size() < base + 2 || !stack[base].isTensorList() || !stack[base + 1].isInt()) return false;
+  auto list = stack[base].toTensorList();
+  if (list.size() < 2) return false;
+  const at::Tensor first = list.get(0), last = list.get(list.size() - 1);
+  if (!first.defined() || !last.defined() || first.dim() < 1 || last.dim() != first.dim()) return false;
+  for (const at::Tensor& t : list)
+    if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 && reads_growable(t)) return true;
+  int64_t dim = stack[base + 1].toInt();
+  if (dim < 0) dim += first.dim();
+  return dim >= 0 && dim < first.dim() && last.size(dim) == 1 && first.size(dim) > 1;
+}
+
 bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& stack, size_t base, int device,
             const std::vector<c10::Storage>& slots, std::vector<at::Tensor>& results) {
   if (launch_blocking()) return false;  // debug eager wins: each op runs, and raises, at once

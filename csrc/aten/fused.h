@@ -47,6 +47,12 @@ struct OpInfo {
   size_t new_returns;
 };
 
+// Whether a concatenation (cat's stack) takes the growable path (its result a growable storage, which the
+// stream does not record) in fused mode: only when it extends a growable storage's tensor or appends one
+// step (a last part of size 1 along the dimension, generate's input_ids and attention mask), since each new
+// length would otherwise be a new stream. Other concatenations (rotary halves) are recorded.
+bool grows(const torch::jit::Stack& stack, size_t base);
+
 // Records one call whose eager cache entry is `entry` (a hit, not a fallback); `slots` are the call's
 // storages in key order. Fills `results` (entry.num_results new tensors, pending) and returns true, or
 // returns false when the call cannot be recorded (the caller runs it eagerly after flushing).

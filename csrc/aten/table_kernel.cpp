@@ -81,7 +81,8 @@ class TableKernel final : public c10::OperatorKernel {
     thread_local std::vector<int64_t> key;
     key.clear();
     Call call;
-    const bool grow = row_->grow && !is_inplace_ && !is_out_ && grow_key(*stack, base, key, call);
+    const bool grow = row_->grow && !is_inplace_ && !is_out_ && (!fused::active() || fused::grows(*stack, base)) &&
+                      grow_key(*stack, base, key, call);
     if (!grow) {
       key.clear();
       call = Call();

@@ -19,6 +19,14 @@ def fused_mode():
         yield
 
 
+def _uploaded(*shape):
+    """A CPU tensor and its copy on "tpu", nothing pending."""
+    x = torch.randn(*shape)
+    t = x.to("tpu")
+    torch.tpu.synchronize()
+    return x, t
+
+
 def _stats():
     pending, streams = torch.ops.tpu_fused.stats()
     return pending, streams
@@ -41,13 +49,10 @@ def test_mode_api():
 @pytest.mark.parametrize("kind,factory", [("mlp", MLP), ("cnn", SmallCNN), ("transformer", SmallTransformer)])
 def test_fused_training_matches_cpu(kind, factory):
     torch.manual_seed(0)
-    model = factory()
-    batches = data(kind, 20)
-    cpu_losses, cpu_grads = train(copy.deepcopy(model), batches, "cpu")
-    before = torch_pjrt.metrics()
-    streams = _stats()[1]
-    tpu_losses, tpu_grads = train(copy.deepcopy(model), batches, "tpu")
-    assert torch_pjrt.metrics()["fallback_total"] == before["fallback_total"]
+    model, batches = factory(), data(kind, 20)
+    streams, fallbacks = _stats()[1], torch_pjrt.metrics()["fallback_total"]
+    (tpu_losses, tpu_grads), (cpu_losses, cpu_grads) = (train(copy.deepcopy(model), batches, d) for d in ("tpu", "cpu"))
+    assert torch_pjrt.metrics()["fallback_total"] == fallbacks
     assert _stats()[1] > streams  # the steps ran as fused streams
     torch.testing.assert_close(torch.tensor(tpu_losses), torch.tensor(cpu_losses), rtol=1e-4, atol=0)
     for name, g in cpu_grads.items():
@@ -85,9 +90,7 @@ def test_steady_state_compiles_nothing():
 
 
 def test_chain_is_one_program():
-    x = torch.randn(64, 32)
-    t = x.to("tpu")
-    torch.tpu.synchronize()
+    x, t = _uploaded(64, 32)
     before = torch_pjrt.metrics()["executions"]
     y = t.exp()
     for i in range(10):
@@ -152,9 +155,7 @@ def test_out_and_inplace_into_fresh_and_aliased_storages():
 
 
 def test_freed_temporaries_are_no_outputs():
-    x = torch.randn(32, 32)
-    t = x.to("tpu")
-    torch.tpu.synchronize()
+    x, t = _uploaded(32, 32)
     base = torch_pjrt.metrics()["live_buffers"]
     y = t.exp()
     z = y * 2
