@@ -100,9 +100,10 @@ def key(op) -> str:
 def _with_storage(x: torch.Tensor) -> torch.Tensor:
     """x on "tpu" as the same view of a copy of its whole storage: a view that reaches past its own
     elements (as_strided with a storage offset, of a slice) reads what the CPU's would."""
+    if x.layout != torch.strided or x.is_conj() or x.is_neg() or x.dtype.is_complex:
+        return x.to("tpu")
     n = x.untyped_storage().nbytes() // max(x.element_size(), 1)
-    if (x.layout != torch.strided or x.is_conj() or x.is_neg() or x.dtype.is_complex
-            or (x.storage_offset() == 0 and n == x.numel() and x.is_contiguous())):
+    if x.storage_offset() == 0 and n == x.numel() and x.is_contiguous():
         return x.to("tpu")
     whole = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage(), 0, (n,), (1,))
     return whole.to("tpu").as_strided(x.size(), x.stride(), x.storage_offset())
