@@ -84,6 +84,7 @@ _FACTORIES = {
     _aten.empty.memory_format: 0,
     _aten.empty_like.default: 0,
     _aten.empty_strided.default: 0,
+    _aten.empty_permuted.default: 0,
     _aten.new_empty.default: 0,
     _aten.new_empty_strided.default: 0,
 }
