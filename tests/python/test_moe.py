@@ -136,27 +136,16 @@ def test_ragged_dot_bfloat16():
     assert (got.float().cpu() - want).abs().max() < 0.5
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("nt", [False, True], ids=["kn", "nk_view"])
-@pytest.mark.parametrize(
-    "rows,sizes",
-    [
-        (20, [0, 9, 0, 2, 0, 5]),  # a group of two tiles, empty groups, 4 rows past the groups, 3 idle slots
-        (3, [0, 0, 1, 0, 0, 2, 0, 0]),  # fewer rows than groups: 3 slots for 8 groups
-        (6, [0, 0, 0, 0]),  # no rows in any group
-    ],
-    ids=["tiles", "few_rows", "empty"],
-)
-def test_ragged_dot_half_precision_slots(dtype, nt, rows, sizes):
-    # half-precision weights take the unrolled slot path (float32 weights a device loop): forward and
-    # both gradients against the CPU reference loop on the same rounded inputs, computed in float32
-    # and rounded once, as the device does
+def ragged_dot_vs_loop(dtype, nt, rows, sizes, **tol):
+    """ragged_dot on "tpu" with x[rows, 32], w[G, 32, 16] (given as a transposed view of [G, 16, 32] if
+    `nt`): forward and both gradients against the reference loop on the CPU on the same (rounded) inputs,
+    computed in float32 and rounded once, as the device does. -> (x, w, group sizes, w on tpu)."""
     gs = torch.tensor(sizes, dtype=torch.int32)
     x = torch.randn(rows, 32).to(dtype)
     groups = len(sizes)
     w = torch.randn(groups, 16, 32).to(dtype).transpose(1, 2) if nt else torch.randn(groups, 32, 16).to(dtype)
     dy = torch.randn(rows, 16).to(dtype)
-    xr, wr = x.float().requires_grad_(), w.float().requires_grad_()
+    xr, wr = x.float().clone().requires_grad_(), w.float().clone().requires_grad_()
     want = ref_ragged_dot(xr, wr, gs)
     want.backward(dy.float())
     wd = (w.transpose(1, 2).contiguous().to("tpu").transpose(1, 2) if nt else w.to("tpu")).requires_grad_()
@@ -164,9 +153,29 @@ def test_ragged_dot_half_precision_slots(dtype, nt, rows, sizes):
     got = torch.ops.torch_pjrt.ragged_dot(xd, wd, gs.to("tpu"))
     got.backward(dy.to("tpu"))
     assert got.dtype == dtype
-    torch.testing.assert_close(got.cpu(), want.detach().to(dtype))
-    torch.testing.assert_close(xd.grad.cpu(), xr.grad.to(dtype))
-    torch.testing.assert_close(wd.grad.cpu(), wr.grad.to(dtype))
+    torch.testing.assert_close(got.cpu(), want.detach().to(dtype), **tol)
+    torch.testing.assert_close(xd.grad.cpu(), xr.grad.to(dtype), **tol)
+    torch.testing.assert_close(wd.grad.cpu(), wr.grad.to(dtype), **tol)
+    assert (got.cpu()[int(gs.sum()):] == 0).all()
+    return x, w, gs, wd
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("nt", [False, True], ids=["kn", "nk_view"])
+@pytest.mark.parametrize(
+    "rows,sizes",
+    [
+        # a group of two tiles, empty groups, 4 rows past the groups, 3 idle slots (nk_view: the dense pass
+        # first, then the 9th row of group 1 in a slot)
+        (20, [0, 9, 0, 2, 0, 5]),
+        (3, [0, 0, 1, 0, 0, 2, 0, 0]),  # fewer rows than groups: 3 slots for 8 groups
+        (6, [0, 0, 0, 0]),  # no rows in any group
+    ],
+    ids=["tiles", "few_rows", "empty"],
+)
+def test_ragged_dot_half_precision_slots(dtype, nt, rows, sizes):
+    # half-precision weights take the unrolled slot path (float32 weights a device loop)
+    x, w, gs, wd = ragged_dot_vs_loop(dtype, nt, rows, sizes)
     if dtype == torch.bfloat16:  # torch's own CPU kernel, where it has one (bfloat16 only)
         offs, used = gs.cumsum(0, dtype=torch.int32), int(gs.sum())
         mine = torch._grouped_mm(x.to("tpu"), wd.detach(), offs=offs.to("tpu")).cpu()
@@ -193,25 +202,9 @@ def test_ragged_dot_half_precision_slots(dtype, nt, rows, sizes):
 )
 def test_ragged_dot_dense_pass(dtype, nt, rows, sizes):
     # the dense pass (one batched dot over every group's first rows) and the loop for the rows past them,
-    # on both sides of the threshold: forward and both gradients (whose dx runs the other weight layout)
-    # against the reference loop on the same (rounded) inputs in float32, rounded once
-    gs = torch.tensor(sizes, dtype=torch.int32)
-    x = torch.randn(rows, 32).to(dtype)
-    groups = len(sizes)
-    w = torch.randn(groups, 16, 32).to(dtype).transpose(1, 2) if nt else torch.randn(groups, 32, 16).to(dtype)
-    dy = torch.randn(rows, 16).to(dtype)
-    xr, wr = x.float().clone().requires_grad_(), w.float().clone().requires_grad_()
-    want = ref_ragged_dot(xr, wr, gs)
-    want.backward(dy.float())
-    wd = (w.transpose(1, 2).contiguous().to("tpu").transpose(1, 2) if nt else w.to("tpu")).requires_grad_()
-    xd = x.to("tpu").requires_grad_()
-    got = torch.ops.torch_pjrt.ragged_dot(xd, wd, gs.to("tpu"))
-    got.backward(dy.to("tpu"))
+    # on both sides of the threshold (the gradient dx runs the other weight layout)
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else {}
-    torch.testing.assert_close(got.cpu(), want.detach().to(dtype), **tol)
-    torch.testing.assert_close(xd.grad.cpu(), xr.grad.to(dtype), **tol)
-    torch.testing.assert_close(wd.grad.cpu(), wr.grad.to(dtype), **tol)
-    assert (got.cpu()[int(gs.sum()):] == 0).all()
+    x, w, gs, _ = ragged_dot_vs_loop(dtype, nt, rows, sizes, **tol)
     if dtype == torch.float32:  # torch's own CPU kernel on the same inputs
         offs = gs.cumsum(0, dtype=torch.int32)
         check(lambda a, b, o: torch._grouped_mm(a, b, offs=o)[: int(gs.sum())], x, w, offs)
