@@ -1,5 +1,8 @@
-// Matrix products (mm, bmm, addmm/baddbmm/addbmm, mv/addmv, dot/vdot, outer/addr). Half-precision
-// products accumulate in float32 (the dot's result type), then round once.
+// Matrix products (mm, bmm, addmm/baddbmm/addbmm, mv/addmv, dot/vdot, outer/addr) and the matrix
+// exponential (a polynomial of products). Half-precision products accumulate in float32 (the dot's result
+// type), then round once.
+#include <cmath>
+
 #include "lowering/helpers.h"
 
 namespace lowering {
@@ -38,7 +41,48 @@ Value addbmm(Ctx& c) {
   return scaled_sum(c, p, 0, 3, 4);
 }
 
+// linalg_matrix_exp(self [..., n, n]): scaling and squaring. Each matrix is scaled by 2^-s so that its
+// 1-norm is at most 1, exp of that from its Taylor polynomial of degree 18 (truncation below 1e-17),
+// then squared s times. In float64 for every real input (rounded once at the end), so the result is as
+// close to exact as float32 holds; the CPU's own float32 algorithm is the less accurate side.
+Value matrix_exp(Ctx& c) {
+  Builder& b = c.b;
+  Value a = c.t(0);
+  const Dims& d = a.dims();
+  const int64_t n = d.back();
+  if (pjrt::is_complex(a.elem())) throw hlo::Error("linalg_matrix_exp: complex inputs are not lowered");
+  if (a.type.numel() == 0) return a;
+  const int64_t batch = a.type.numel() / (n * n);
+  constexpr ElementType f64 = ElementType::kF64;
+  Value x = b.reshape(b.convert(a, f64), {batch, n, n});
+  Value norm = reduce(b, reduce_sum(b, b.unary("abs", x), {1}), {1}, "maximum", b.scalar(0, f64));  // [batch]
+  // s = ceil(log2(norm)) in [0, 1023]; a non-finite norm gives 0 (the result is non-finite anyway)
+  Value s = b.unary("ceil", b.binary("divide", b.unary("log", norm), b.constant(std::log(2.0), norm.type)));
+  Value finite = is_finite(b, s);
+  s = b.clamp(b.constant(0, s.type), b.select(finite, s, b.constant(0, s.type)), b.constant(1023, s.type));
+  Value scale = b.binary("power", b.constant(0.5, s.type), s);
+  x = b.binary("multiply", x, b.broadcast_in_dim(scale, {batch, n, n}, {0}));
+  Type it{ElementType::kS64, {batch, n, n}};
+  Value eye = b.convert(b.compare(Cmp::EQ, b.iota(it, 1), b.iota(it, 2)), f64);
+  auto product = [&](Builder& bb, Value p, Value q) { return bb.dot_general(p, q, {0}, {0}, {2}, {1}, f64); };
+  Value t = eye;  // Horner: I + x/1 (I + x/2 (I + ... (I + x/18)))
+  for (int k = 18; k >= 1; --k)
+    t = b.binary("add", eye, b.binary("divide", product(b, x, t), b.constant(k, Type{f64, {batch, n, n}})));
+  Value steps = b.convert(s, ElementType::kS64);
+  Value most = reduce(b, steps, {0}, "maximum", b.scalar_i(0, ElementType::kS64));
+  std::vector<Value> done = b.while_loop(
+      {b.scalar_i(0, ElementType::kS64), t, steps, most},
+      [&](Builder& bb, const std::vector<Value>& q) { return std::vector<Value>{bb.compare(Cmp::LT, q[0], q[3])}; },
+      [&](Builder& bb, const std::vector<Value>& q) {
+        Value more = bb.compare(Cmp::LT, bb.broadcast_in_dim(q[0], {batch}, {}), q[2]);
+        Value sq = bb.select(bb.broadcast_in_dim(more, {batch, n, n}, {0}), product(bb, q[1], q[1]), q[1]);
+        return std::vector<Value>{bb.binary("add", q[0], bb.scalar_i(1, ElementType::kS64)), sq, q[2], q[3]};
+      });
+  return b.reshape(b.convert(done[1], a.elem()), d);
+}
+
 const Rows rows = {
+    {{"linalg_matrix_exp"}, [](Ctx& c) { return one(matrix_exp(c)); }},
     {{"mm", "mm.out"}, [](Ctx& c) { return one(mm(c, 0, 1)); }},
     {{"bmm", "bmm.out"}, [](Ctx& c) { return one(bmm(c, 0, 1)); }},
     {{"addmm", "addmm_", "addmm.out"}, [](Ctx& c) { return one(scaled_sum(c, mm(c, 1, 2), 0, 3, 4)); }},

@@ -279,3 +279,30 @@ def test_factory_out_overloads(fallback_policy):
             check(lambda o: torch.linspace(-1, 2, 7, out=o), torch.empty(3, dtype=dtype))
             check(lambda o: torch.logspace(0, 2, 5, base=3.0, out=o), torch.empty(5, dtype=dtype))
     check(lambda x: torch.mvlgamma(x, 3), torch.rand(4, 5) + 2)
+
+
+@pytest.mark.parametrize("shape,spread", [((4, 4), 0.3), ((3, 5, 5), 1.0), ((6, 6), 8.0), ((0, 3, 3), 1.0)])
+def test_matrix_exp(shape, spread, fallback_policy):
+    """linalg.matrix_exp: scaling and squaring in float64. Against the CPU on the same float32 input, and
+    for larger norms (many squarings) against the CPU's float64 result, as close as float32 holds."""
+    fallback_policy("error")
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(shape, generator=g) * spread / max(shape[-1], 1) ** 0.5
+    if spread <= 1:  # no squaring: the CPU's float32 result is accurate too
+        check(torch.linalg.matrix_exp, a)
+    # with squarings the CPU's float32 result can lose digits to cancellation; float64 is the reference
+    exact = torch.linalg.matrix_exp(a.double())
+    got = torch.linalg.matrix_exp(a.to("tpu")).cpu()
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, exact.float())
+
+
+def test_matrix_exp_gradient():
+    g = torch.Generator().manual_seed(8)
+    a = torch.randn(2, 4, 4, generator=g) * 0.5
+    grads = []
+    for dev in ("cpu", "tpu"):
+        x = a.detach().to(dev).requires_grad_()
+        (torch.linalg.matrix_exp(x) * torch.arange(16.0, device=dev).reshape(4, 4)).sum().backward()
+        grads.append(x.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])
