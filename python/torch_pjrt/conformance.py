@@ -75,7 +75,7 @@ def _random_sample(name: str, s) -> bool:
 # (values, indices) ops whose indices among equal values are unspecified (the CPU's depend on its partial
 # sort, or for mode on std::sort, which is unstable on rows longer than 16): values must match, and the
 # indices must select those values from the input.
-TIED_INDEX_OPS = {"topk", "mode"}
+TIED_INDEX_OPS = {"topk": 1, "mode": 0}  # -> the position of the dim argument after the input
 # Ops whose tensor arguments after the input are host data by definition (PyTorch requires them on the CPU).
 HOST_TENSOR_ARGS = {"tensor_split"}
 # Ops returning uninitialized memory: shapes, dtypes and strides only.
@@ -218,13 +218,18 @@ def _assert_like(got, exp, path="result", strides=False):
             _assert_like(g, e, f"{path}[{i}]", strides)
 
 
-def _assert_same_values_tied_indices(got, exp, sample):
+def _assert_same_values_tied_indices(got, exp, sample, dim_arg):
     assert_same(got[0], exp[0], "result[0]")
-    dim = sample.kwargs.get("dim", sample.args[1] if len(sample.args) > 1 else -1)
+    dim = sample.kwargs.get("dim", sample.args[dim_arg] if len(sample.args) > dim_arg else -1)
     idx = got[1].cpu()
     if idx.dtype != exp[1].dtype or idx.shape != exp[1].shape:
         raise Mismatch(f"result[1]: {tuple(idx.shape)} {idx.dtype} != CPU {tuple(exp[1].shape)} {exp[1].dtype}")
-    picked = sample.input.gather(dim, idx) if sample.input.dim() else sample.input.reshape(idx.shape)
+    if not sample.input.dim():
+        picked = sample.input.reshape(idx.shape)
+    elif idx.dim() < sample.input.dim():  # a reduction without keepdim
+        picked = sample.input.gather(dim, idx.unsqueeze(dim)).squeeze(dim)
+    else:
+        picked = sample.input.gather(dim, idx)
     try:
         torch.testing.assert_close(picked, exp[0], equal_nan=True, rtol=0, atol=0)
     except AssertionError:
@@ -413,7 +418,7 @@ def _check_op(op, dtype, limit, grad) -> Result:
                     again = _call(op, s, to_tpu((s.input, s.args, s.kwargs)))
                     _assert_equal(got, again)
                 elif name in TIED_INDEX_OPS and not grad:
-                    _assert_same_values_tied_indices(got, exp, s)
+                    _assert_same_values_tied_indices(got, exp, s, TIED_INDEX_OPS[name])
                 elif grad:
                     assert_same(got, exp)
                 else:  # results unique only up to sign (SVD, eigenvectors) are compared as PyTorch's
