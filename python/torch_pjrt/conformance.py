@@ -241,6 +241,36 @@ def _assert_same_values_tied_indices(got, exp, sample, dim_arg):
 _REFERENCE_TESTS = {("TestCommon", "test_numpy_refs"), ("TestCommon", "test_compare_cpu")}
 
 
+def _to_double(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().double() if x.dtype.is_floating_point else x.detach()
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return type(x)(_to_double(e) for e in x)
+    if isinstance(x, dict):
+        return {k: _to_double(v) for k, v in x.items()}
+    return x
+
+
+def _nearer_exact(op, sample, dtype, got, exp) -> str:
+    """For a float32 mismatch: which side is nearer the CPU's float64 result on the same inputs (a note,
+    never used to pass)."""
+    if dtype != torch.float32 or got is None:
+        return ""
+    try:
+        ref = op(_to_double(sample.input), *_to_double(sample.args), **_to_double(sample.kwargs))
+        errs = [0.0, 0.0]
+        for g, e, r in zip(_tensors(got), _tensors(exp), _tensors(ref)):
+            if not r.dtype.is_floating_point or g.shape != r.shape or e.shape != r.shape:
+                return ""
+            finite = torch.isfinite(r)
+            errs[0] = max(errs[0], (g.detach().cpu().double() - r)[finite].abs().max().item() if finite.any() else 0.0)
+            errs[1] = max(errs[1], (e.detach().double() - r)[finite].abs().max().item() if finite.any() else 0.0)
+    except Exception:
+        return ""
+    side = "tpu" if errs[0] <= errs[1] else "the CPU"
+    return f" ({side} is nearer the float64 result: max error tpu {errs[0]:.3g}, CPU {errs[1]:.3g})"
+
+
 def _within_opinfo_tolerance(op, dtype, got, exp) -> str:
     for info in getattr(op, "decorators", ()) or ():
         if (getattr(info, "cls_name", None), getattr(info, "test_name", None)) not in _REFERENCE_TESTS:
@@ -429,6 +459,8 @@ def _check_op(op, dtype, limit, grad) -> Result:
                     t.cpu()
         except Mismatch as e:
             note = "" if grad else _within_opinfo_tolerance(op, dtype, got if cpu_error is None else None, exp)
+            if not grad and cpu_error is None and name not in TIED_INDEX_OPS:
+                note += _nearer_exact(op, s, dtype, got, exp)
             return Result("mismatch", f"sample {i} {_describe(s)}: {e}{note}", compared)
         except Exception as e:
             if cpu_error is not None:
