@@ -235,9 +235,10 @@ void flush_locked() {
   }
   g_streams.fetch_add(1, std::memory_order_relaxed);
   if (failure) {
-    auto named = std::make_shared<DeferredError>(*failure);
-    named->op = describe(s);
-    poison(outs, named);
+    // Named after the stream's ops, in place: synchronize reports the same object (once; raise_deferred
+    // clears it by identity). run() made it non-const and nothing has read it yet.
+    const_cast<DeferredError&>(*failure).op = describe(s);
+    poison(outs, failure);
     return;
   }
   for (size_t k = 0; k < outs.size(); ++k) {

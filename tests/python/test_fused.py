@@ -175,6 +175,19 @@ def test_error_names_the_op():
     torch.testing.assert_close(b.cpu(), a.cpu() * 2)  # the stream before it is intact
 
 
+def test_device_failure_names_the_streams_ops():
+    """A failure while the stream runs poisons its results; the next read raises it naming the stream's ops."""
+    x = torch.ones(1, device="tpu").expand(2**36)  # a float32 result of 256 GiB: more than the device holds
+    y = x * 1  # kept alive: an output of the stream
+    s = y.sum()
+    with pytest.raises(torch.OutOfMemoryError, match=r"fused eager stream of \d+ ops \(.*aten::mul\.Tensor"):
+        s.item()
+    del y, s
+    torch.tpu.synchronize()  # reported once, as in strict eager
+    z = torch.arange(6.0).to("tpu") * 2  # the process keeps working
+    assert z.cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
 def test_long_streams_are_cut():
     """A loop without sync points runs in streams that repeat (cut where the stream's first op comes round
     again), so it compiles a bounded number of programs."""
