@@ -75,7 +75,10 @@ def _random_sample(name: str, s) -> bool:
 # (values, indices) ops whose indices among equal values are unspecified (the CPU's depend on its partial
 # sort, or for mode on std::sort, which is unstable on rows longer than 16): values must match, and the
 # indices must select those values from the input.
-TIED_INDEX_OPS = {"topk": 1, "mode": 0}  # -> the position of the dim argument after the input
+TIED_INDEX_OPS = {"topk": 1, "mode": 0, "kthvalue": 1}  # -> the position of the dim argument after the input
+# sort and argsort without stable=True: the order among equal elements is unspecified (the CPU's is its
+# unstable sort's): the values (sort) must match, and the indices must select them.
+UNSTABLE_SORT_OPS = {"sort", "argsort"}
 # Ops whose tensor arguments after the input are host data by definition (PyTorch requires them on the CPU).
 HOST_TENSOR_ARGS = {"tensor_split"}
 # Ops returning uninitialized memory: shapes, dtypes and strides only.
@@ -234,6 +237,25 @@ def _assert_same_values_tied_indices(got, exp, sample, dim_arg):
         torch.testing.assert_close(picked, exp[0], equal_nan=True, rtol=0, atol=0)
     except AssertionError:
         raise Mismatch("result[1]: the indices do not select the values") from None
+
+
+def _assert_sorted_tied(got, exp, sample, indices_only):
+    dim = sample.kwargs.get("dim", sample.args[0] if sample.args and isinstance(sample.args[0], int) else -1)
+    x = sample.input
+    idx, want = (got, exp) if indices_only else (got[1], exp[1])
+    if not indices_only:
+        assert_same(got[0], exp[0], "result[0]")
+    idx = idx.cpu()
+    if idx.dtype != want.dtype or idx.shape != want.shape:
+        raise Mismatch(f"indices: {tuple(idx.shape)} {idx.dtype} != CPU {tuple(want.shape)} {want.dtype}")
+    if x.dim() == 0:
+        if not torch.equal(idx, want):
+            raise Mismatch(f"indices: {idx} != CPU {want}")
+        return
+    try:
+        torch.testing.assert_close(x.gather(dim, idx), x.gather(dim, want), equal_nan=True, rtol=0, atol=0)
+    except AssertionError:
+        raise Mismatch("indices: they do not select the CPU's sorted values") from None
 
 
 # PyTorch's own tests that compare the CPU's result with an independent implementation: where an OpInfo
@@ -449,6 +471,8 @@ def _check_op(op, dtype, limit, grad) -> Result:
                     _assert_equal(got, again)
                 elif name in TIED_INDEX_OPS and not grad:
                     _assert_same_values_tied_indices(got, exp, s, TIED_INDEX_OPS[name])
+                elif name in UNSTABLE_SORT_OPS and not grad and not s.kwargs.get("stable", False):
+                    _assert_sorted_tied(got, exp, s, name == "argsort")
                 elif grad:
                     assert_same(got, exp)
                 else:  # results unique only up to sign (SVD, eigenvectors) are compared as PyTorch's
