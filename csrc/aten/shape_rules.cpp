@@ -9,7 +9,6 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/multi_margin_loss.h>
 #include <ATen/ops/multilabel_margin_loss_forward.h>
-#include <ATen/ops/native_layer_norm.h>
 #include <c10/util/Exception.h>
 
 namespace torch_pjrt {
@@ -154,21 +153,6 @@ void batch_norm_no_training(torch::jit::Stack& s) {
   push_batch_norm(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r)}, false, w, x.scalar_type());
 }
 
-// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd): the CPU returns
-// mean and rstd in the parameters' dtype (the input's for a half input with half or no parameters),
-// torch's meta kernel in float32 for half inputs.
-void layer_norm(torch::jit::Stack& s) {
-  const at::Tensor x = s[0].toTensor();
-  const auto w = s[2].toOptional<at::Tensor>(), bias = s[3].toOptional<at::Tensor>();
-  auto r = at::native_layer_norm(x, s[1].toDimVector(), w, bias, s[4].toDouble());
-  const at::ScalarType param = w && w->defined()         ? w->scalar_type()
-                               : bias && bias->defined() ? bias->scalar_type()
-                                                         : x.scalar_type();
-  torch::jit::drop(s, 5);
-  s.emplace_back(std::get<0>(r));
-  for (const at::Tensor& t : {std::get<1>(r), std::get<2>(r)}) s.emplace_back(at::empty(t.sizes(), t.options().dtype(param)));
-}
-
 }  // namespace
 
 ShapeRule shape_rule(const std::string& name, const std::string& overload) {
@@ -178,7 +162,6 @@ ShapeRule shape_rule(const std::string& name, const std::string& overload) {
   if (name == "aten::_native_batch_norm_legit_no_training" && overload.empty()) return batch_norm_no_training;
   if (name == "aten::_native_batch_norm_legit" && overload == "no_stats") return batch_norm_no_stats;
   if (name == "aten::_batch_norm_with_update_functional" && overload.empty()) return batch_norm_with_update;
-  if (name == "aten::native_layer_norm" && overload.empty()) return layer_norm;
   if (name == "aten::multi_margin_loss" && overload.empty()) return multi_margin_loss;
   if (name == "aten::multilabel_margin_loss_forward" && overload.empty()) return multilabel_margin_loss;
   return nullptr;
