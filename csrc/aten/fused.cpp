@@ -203,6 +203,7 @@ void flush_locked() {
   std::vector<PendingValue*> outs;
   for (const auto& p : s.pendings)
     if (p.use_count() > 1) outs.push_back(p.get());
+  if (outs.empty()) return;  // nothing it computes is observable (the generator was advanced at recording)
   std::vector<int64_t>& key = s.key;
   key.push_back(-1);
   for (PendingValue* p : outs) key.push_back(p->value);
@@ -219,6 +220,7 @@ void flush_locked() {
       TORCH_CHECK(false, "tpu: ", e.what());
     }
     metrics().cache_misses.fetch_add(1, std::memory_order_relaxed);
+    if (cache().size() > 4096) cache().clear();  // programs stay in the program cache; only the keys go
     cache()[hash].push_back({key, program});
   }
   std::vector<pjrt::BufferPtr> inputs;
@@ -311,7 +313,9 @@ bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& sta
   }
   Op op{&entry, info.row, &info.name, {}, &entry.results, {}, {}, {}};
   s.key.push_back(reinterpret_cast<int64_t>(&entry));
-  if (flags & lowering::kRandom) {  // the generator advances now, as when the op runs eagerly
+  bool draws = flags & lowering::kRandom;  // or its eager program drew (attention's dropout)
+  for (const Source& src : entry.sources) draws = draws || src.what == Source::kRng;
+  if (draws) {  // the generator advances now, as when the op runs eagerly
     std::optional<at::Generator> gen;
     for (size_t i = 0; i < info.schema_args; ++i)
       if (stack[base + i].isGenerator()) gen = stack[base + i].toGenerator();

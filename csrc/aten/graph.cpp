@@ -139,7 +139,7 @@ std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::j
     return state;
   };
   if (row.flags & lowering::kRandom) ctx.rng_state = rng_id >= 0 ? value(rng_id) : add_rng_state();
-  ctx.lazy_rng_state = add_rng_state;
+  ctx.lazy_rng_state = [&]() -> hlo::Value { return rng_id >= 0 ? value(rng_id) : add_rng_state(); };
   std::vector<hlo::Value> results = row.fn(ctx);
   convert_results(b_, results, specs, "aten::" + overload);
   std::vector<int> ids;

@@ -69,8 +69,8 @@ class GraphBuilder {
   // Python numbers (Scalar arguments, 0-d CPU tensors, run-time floats) become program inputs rather than
   // constants, as in eager programs (fused eager: a learning rate must not change the program).
   bool runtime_scalars = false;
-  // The value a random row's apply() takes its generator state from (fused eager draws it when the op is
-  // recorded); -1: a program input drawn from the device generator at each run.
+  // The value a random row's apply() takes its generator state from, also for rows that draw only in some
+  // cases (fused eager draws it when the op is recorded); -1: a program input drawn at each run.
   int rng_id = -1;
   // A graph input: a dense tensor of `sizes`. Returns its value id. A `donor` is written back by the
   // runner (run_writing): the program may reuse its buffer for an output of the same shape.

@@ -230,7 +230,9 @@ def test_random_ops_draw_as_in_strict_eager():
         a = torch.rand(16, device="tpu")
         d = nn.functional.dropout(t * 2, 0.5, training=True)
         b = torch.randn(8, device="tpu") + a[:8]
-        return a.cpu(), d.cpu(), b.cpu()
+        q = t[:8].reshape(1, 2, 4, 64)
+        o = nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)  # draws inside its row
+        return a.cpu(), d.cpu(), b.cpu(), o.cpu()
 
     fused = draws()
     torch_pjrt.set_eager_mode("strict")
