@@ -160,10 +160,8 @@ Value log_ndtr(Ctx& c) {
   return b.convert(r, accumulation_type(c.out_type()));
 }
 
-// special_erfcx(x) = exp(x^2) erfc(x), in double; an asymptotic series for x > 25.
-Value erfcx(Ctx& c) {
-  Builder& b = c.b;
-  Value x = in_f64(c, "erfcx");
+// exp(x^2) erfc(x) of a double, in double; an asymptotic series for x > 25.
+Value erfcx_f64(Builder& b, Value x) {
   Value xs = b.binary("minimum", x, like(b, 25, x));
   Value direct = mul(b, b.unary("exponential", mul(b, xs, xs)), b.chlo_unary("erfc", xs));
   Value xl = b.binary("maximum", x, like(b, 25, x));
@@ -173,8 +171,25 @@ Value erfcx(Ctx& c) {
   for (double cf : {-15.0 / 8, 3.0 / 4, -1.0 / 2, 1.0}) series = add(b, like(b, cf, i2), mul(b, i2, series));
   Value asym = div(b, series, mul(b, xl, like(b, std::sqrt(M_PI), xl)));
   Value r = b.select(b.compare(Cmp::GT, x, like(b, 25, x)), asym, direct);
-  r = b.select(isnan(b, x), x, r);
-  return b.convert(r, accumulation_type(c.out_type()));
+  return b.select(isnan(b, x), x, r);
+}
+
+// special_erfcx(x) = exp(x^2) erfc(x), in double. For float32, negative x follow the CPU's float kernel,
+// 2 exp(x*x) - erfcx(-x) (the correction only above -6.1) with x*x and each term rounded to float: exp
+// magnifies the rounding of x*x (73,000 of OpInfo's million samples differed by up to 3e-6 before).
+Value erfcx(Ctx& c) {
+  Builder& b = c.b;
+  Value x = in_f64(c, "erfcx");
+  Value r = erfcx_f64(b, x);
+  const ElementType acc = accumulation_type(c.out_type());
+  if (acc != ElementType::kF32) return b.convert(r, acc);
+  constexpr ElementType f32 = ElementType::kF32;
+  Value x32 = b.convert(x, f32);
+  Value e = b.convert(b.unary("exponential", b.convert(mul(b, x32, x32), ElementType::kF64)), f32);
+  Value twice = mul(b, e, like(b, 2, e));
+  Value below = b.select(b.compare(Cmp::LT, x32, like(b, -6.1, x32)), twice,
+                         sub(b, twice, b.convert(erfcx_f64(b, b.unary("negate", x)), f32)));
+  return b.select(b.compare(Cmp::LT, x32, like(b, 0, x32)), below, b.convert(r, f32));
 }
 
 // The Hurwitz zeta function zeta(x, q), following the Euler-Maclaurin evaluation of torch's CPU kernel

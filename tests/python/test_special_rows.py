@@ -115,3 +115,13 @@ def test_zeta_in_double_as_the_cpu(fallback_policy):
     q = torch.tensor([501.0, 1001.2, 501, 2, 3.5, 0.75, 12])
     check(torch.special.zeta, x, q)
     check(lambda t: torch.polygamma(4, t), torch.linspace(0.1, 20, 50))
+
+
+def test_erfinv_tails_and_erfcx_negative(fallback_policy):
+    """erfinv near +-1 (in double: XLA's float32 erf_inv was 1e-5 off there) and erfcx of negative x (the
+    CPU's float kernel: exp of x*x rounded to float magnifies that rounding; "tpu" follows it)."""
+    fallback_policy("error")
+    p = torch.cat([torch.linspace(-1, 1, 2001), 1 - torch.logspace(-7, -1, 50), -1 + torch.logspace(-7, -1, 50)])
+    check_exact(torch.erfinv, p)
+    x = torch.cat([torch.linspace(-27, 30, 5001), torch.tensor([-6.1, -6.0999, float("nan"), float("inf"), -float("inf")])])
+    check_exact(torch.special.erfcx, x, equal_nan=True)
