@@ -113,6 +113,13 @@ Value bessel_i(Builder& b, Value x_in, int nu, bool scaled) {
   Value asym = mul(b, pre, acc);
   if (!scaled) asym = mul(b, asym, b.unary("exponential", xa));
   Value r = b.select(big, asym, series);
+  // the CPU's float kernel multiplies by exp(|x|) in float, which overflows past ln(FLT_MAX) although
+  // i0/i1 themselves would not until about 91.9: inf there too (torch.signal.windows.kaiser's inf / inf);
+  // infinite x stay NaN (inf / sqrt(inf) there)
+  if (!scaled && t == ElementType::kF32) {
+    Value over = andv(b, b.compare(Cmp::GT, ax, like(b, 88.72283172607421875, ax)), is_finite(b, ax));
+    r = b.select(over, like(b, INFINITY, r), r);  // the sign of i1 follows below
+  }
   if (nu == 1) r = b.select(b.compare(Cmp::LT, x, like(b, 0, x)), b.unary("negate", r), r);  // odd function
   r = b.select(isnan(b, x), x, r);
   return b.convert(r, t);

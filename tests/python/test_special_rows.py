@@ -125,3 +125,16 @@ def test_erfinv_tails_and_erfcx_negative(fallback_policy):
     check_exact(torch.erfinv, p)
     x = torch.cat([torch.linspace(-27, 30, 5001), torch.tensor([-6.1, -6.0999, float("nan"), float("inf"), -float("inf")])])
     check_exact(torch.special.erfcx, x, equal_nan=True)
+
+
+def test_bessel_i_float_overflow_as_the_cpu(fallback_policy):
+    """i0/i1 of float32 past ln(FLT_MAX): the CPU's kernel overflows exp(|x|) there (inf, where the value
+    itself would fit up to about 91.9), infinite x give NaN; torch.signal.windows.kaiser with a large beta
+    divides those (inf / inf)."""
+    fallback_policy("error")
+    x = torch.tensor([88.0, 88.72, 88.7228317, 88.7229, 89.0, 91.0, 92.0, -89.0, -91.0, float("inf"), -float("inf")])
+    check_exact(torch.i0, x, equal_nan=True)
+    check_exact(torch.special.i1, x, equal_nan=True)
+    want = torch.signal.windows.kaiser(256, sym=False, beta=100.0)
+    got = torch.signal.windows.kaiser(256, sym=False, beta=100.0, device="tpu")
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True)
