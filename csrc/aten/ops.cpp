@@ -9,6 +9,8 @@
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/amin.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
@@ -332,6 +334,7 @@ at::Tensor repeat_interleave(const at::Tensor& repeats, std::optional<c10::SymIn
 
 at::Tensor histogram_counts(const at::Tensor& x, const at::Tensor& edges, at::Tensor pos,
                             const std::optional<at::Tensor>& weight, bool density);
+at::Tensor bin_positions(const at::Tensor& x, const at::Tensor& edges);
 
 void histogram_checks(const at::Tensor& self, const std::optional<at::Tensor>& weight) {
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"histogramdd\" not implemented for '",
@@ -369,16 +372,137 @@ std::tuple<at::Tensor, at::Tensor> histogram(const at::Tensor& self, int64_t bin
     hi += 0.5;
   }
   at::Tensor edges = at::linspace(lo, hi, bins + 1, self.options());
+  return {histogram_counts(x, edges, bin_positions(x, edges), weight, density), edges};
+}
+
+// Each element's bin among `edges` (bins + 1 of them) as the CPU's kernel finds it: a linear guess,
+// corrected by a search of the neighbouring edges (upper_bound over edges[max(guess - 1, 0),
+// min(guess + 2, bins + 1)), minus one).
+at::Tensor bin_positions(const at::Tensor& x, const at::Tensor& edges) {
+  const int64_t bins = edges.numel() - 1;
   at::Tensor left = edges[0], right = edges[bins];
   at::Tensor guess = x.sub(left).mul(static_cast<double>(bins)).div(right.sub(left)).to(at::kLong).clamp(0, bins);
-  // the CPU's upper_bound over edges[max(guess - 1, 0), min(guess + 2, bins + 1)), minus one
   at::Tensor from = guess.sub(1).clamp_min(0), pos = from.sub(1);
   for (int64_t k = 0; k < 3; ++k) {
     at::Tensor j = from.add(k);
     at::Tensor in_window = j.lt(guess.add(2)).logical_and(j.le(bins));
     pos = pos.add(in_window.logical_and(edges.index_select(0, j.clamp_max(bins)).le(x)).to(at::kLong));
   }
-  return {histogram_counts(x, edges, pos, weight, density), edges};
+  return pos;
+}
+
+// torch.histogramdd's pieces. The input's last dim holds each sample's D coordinates. Edges per dim come
+// from `range` (2 D values) or the samples' minima and maxima (one sync for every dim), checked as the
+// CPU checks them; an empty input takes [0, 1].
+std::vector<at::Tensor> histogramdd_bin_edges(const at::Tensor& self, at::IntArrayRef bins,
+                                              std::optional<at::ArrayRef<double>> range,
+                                              const std::optional<at::Tensor>&, bool) {
+  TORCH_CHECK(self.dim() >= 2, "torch.histogramdd: input tensor should have at least 2 dimensions, but got ",
+              self.dim());
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"histogramdd\" not implemented for '",
+                              c10::toString(self.scalar_type()), "'");
+  const int64_t D = self.size(-1);
+  TORCH_CHECK(static_cast<int64_t>(bins.size()) == D, "torch.histogramdd: expected ", D, " sequences of bin edges for each of the ",
+              D, " dimensions of the input, but got ", bins.size());
+  at::Tensor x = self.reshape({-1, D});
+  std::vector<double> lo(D, 0.0), hi(D, 1.0);
+  if (range) {
+    TORCH_CHECK(static_cast<int64_t>(range->size()) == 2 * D, "torch.histogramdd: for a ", D, "-dimensional histogram",
+                " range should have ", 2 * D, " elements, but got ", range->size());
+    for (int64_t d = 0; d < D; ++d) lo[d] = (*range)[2 * d], hi[d] = (*range)[2 * d + 1];
+  } else if (x.size(0) > 0) {
+    at::Tensor mm = at::cat({at::amin(x, 0), at::amax(x, 0)}).to(at::kDouble).cpu();  // the sync
+    for (int64_t d = 0; d < D; ++d) lo[d] = mm[d].item<double>(), hi[d] = mm[D + d].item<double>();
+  }
+  std::vector<at::Tensor> edges;
+  for (int64_t d = 0; d < D; ++d) {
+    TORCH_CHECK(bins[d] > 0, "torch.histogramdd(): bins must be > 0, but got ", bins[d], " for dimension ", d);
+    TORCH_CHECK(std::isfinite(lo[d]) && std::isfinite(hi[d]), "torch.histogramdd: dimension ", d, "'s range [", lo[d],
+                ", ", hi[d], "] is not finite");
+    TORCH_CHECK(lo[d] <= hi[d], "torch.histogramdd: min should not exceed max, but got min ", lo[d], " max ", hi[d],
+                " for dimension ", d);
+    if (lo[d] == hi[d]) lo[d] -= 0.5, hi[d] += 0.5;
+    edges.push_back(at::linspace(lo[d], hi[d], bins[d] + 1, self.options()));
+  }
+  return edges;
+}
+
+// The weighted counts of the samples (rows of x [M, D]) whose coordinate d falls in bin pos[d] of
+// edges[d]: a sample outside the edges in any dim is not counted, the right edge belongs to the last bin;
+// density divides by the total, then by each dim's bin widths (in that order, as the CPU).
+at::Tensor histogramdd_counts(const at::Tensor& x, const std::vector<at::Tensor>& edges,
+                              const std::vector<at::Tensor>& pos, const std::optional<at::Tensor>& weight, bool density) {
+  const int64_t D = static_cast<int64_t>(edges.size());
+  std::vector<int64_t> sizes;
+  for (const at::Tensor& e : edges) sizes.push_back(e.numel() - 1);
+  at::Tensor index = at::zeros({x.size(0)}, x.options().dtype(at::kLong));
+  at::Tensor inside = at::ones({x.size(0)}, x.options().dtype(at::kBool));
+  int64_t stride = 1;
+  for (int64_t d = D - 1; d >= 0; --d) {
+    at::Tensor xd = x.select(1, d), p = pos[d];
+    p = at::where(p.eq(sizes[d]), p.sub(1), p);
+    inside = inside.logical_and(xd.ge(edges[d][0])).logical_and(xd.le(edges[d][sizes[d]]));
+    index = index.add(p.mul(stride));
+    stride *= sizes[d];
+  }
+  at::Tensor w = weight && weight->defined() ? weight->reshape({-1}).to(x.scalar_type()) : at::ones({x.size(0)}, x.options());
+  at::Tensor hist = at::zeros({stride}, x.options())
+                        .index_add_(0, at::where(inside, index, at::zeros_like(index)), at::where(inside, w, at::zeros_like(w)))
+                        .reshape(sizes);
+  if (density) {
+    hist = hist.div(hist.sum());
+    for (int64_t d = 0; d < D; ++d) {
+      std::vector<int64_t> shape(D, 1);
+      shape[d] = sizes[d];
+      hist = hist.div(edges[d].diff().reshape(shape));
+    }
+  }
+  return hist;
+}
+
+void histogramdd_weight_check(const at::Tensor& self, const std::optional<at::Tensor>& weight) {
+  if (!weight || !weight->defined()) return;
+  at::IntArrayRef s = self.sizes();
+  TORCH_CHECK(weight->sizes() == s.slice(0, s.size() - 1), "torch.histogramdd: if weight tensor is provided it should have the same ",
+              "shape as the input tensor excluding its innermost dimension, but got input with shape ", s,
+              " and weight with shape ", weight->sizes());
+}
+
+at::Tensor histogramdd_from_bin_cts(const at::Tensor& self, at::IntArrayRef bins, std::optional<at::ArrayRef<double>> range,
+                                    const std::optional<at::Tensor>& weight, bool density) {
+  std::vector<at::Tensor> edges = histogramdd_bin_edges(self, bins, range, weight, density);
+  histogramdd_weight_check(self, weight);
+  at::Tensor x = self.reshape({-1, self.size(-1)});
+  std::vector<at::Tensor> pos;
+  for (size_t d = 0; d < edges.size(); ++d) pos.push_back(bin_positions(x.select(1, d), edges[d]));
+  return histogramdd_counts(x, edges, pos, weight, density);
+}
+
+// With given edges: each coordinate's bin by binary search, as the CPU.
+at::Tensor histogramdd_from_bin_tensors(const at::Tensor& self, at::TensorList bins, const std::optional<at::Tensor>& weight,
+                                        bool density) {
+  TORCH_CHECK(self.dim() >= 2, "torch.histogramdd: input tensor should have at least 2 dimensions, but got ",
+              self.dim());
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"histogramdd\" not implemented for '",
+                              c10::toString(self.scalar_type()), "'");
+  const int64_t D = self.size(-1);
+  TORCH_CHECK(static_cast<int64_t>(bins.size()) == D, "torch.histogramdd: expected ", D, " sequences of bin edges for each of the ",
+              D, " dimensions of the input, but got ", bins.size());
+  for (int64_t d = 0; d < D; ++d) {
+    TORCH_CHECK(bins[d].scalar_type() == self.scalar_type(), "torch.histogramdd: input tensor and bins tensors should",
+                " have the same dtype, but got input with dtype ", self.scalar_type(), " and bins for dimension ", d,
+                " with dtype ", bins[d].scalar_type());
+    TORCH_CHECK(bins[d].dim() == 1, "torch.histogramdd: bins tensor should have one dimension, but got ", bins[d].dim(),
+                " dimensions in the bins tensor for dimension ", d);
+    TORCH_CHECK(bins[d].numel() > 0, "torch.histogramdd: bins tensor should have at least 1 element, but got ",
+                bins[d].numel(), " elements in the bins tensor for dimension ", d);
+  }
+  histogramdd_weight_check(self, weight);
+  at::Tensor x = self.reshape({-1, D});
+  std::vector<at::Tensor> edges(bins.begin(), bins.end()), pos;
+  for (int64_t d = 0; d < D; ++d)
+    pos.push_back(at::searchsorted(bins[d], x.select(1, d).contiguous(), false, true).sub(1).clamp_min(0));
+  return histogramdd_counts(x, edges, pos, weight, density);
 }
 
 // The weighted counts of the elements of x in bins `pos` (edges: the bins' boundaries): elements outside
@@ -566,6 +690,9 @@ void register_aten_kernels() {
   m.impl("repeat_interleave.Tensor", repeat_interleave);
   m.impl("histogram.bin_ct", histogram);
   m.impl("histogram.bins_tensor", histogram_edges);
+  m.impl("_histogramdd_bin_edges", histogramdd_bin_edges);
+  m.impl("_histogramdd_from_bin_cts", histogramdd_from_bin_cts);
+  m.impl("_histogramdd_from_bin_tensors", histogramdd_from_bin_tensors);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_.source_Storage", set_source_storage);

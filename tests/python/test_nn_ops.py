@@ -612,6 +612,23 @@ def test_softmax_zero_dim(fn):
     grad_check(lambda t: fn(t, -1), randn(3, 4, seed=15))
 
 
+def test_histogramdd_matches_cpu(fallback_policy):
+    """histogramdd natively: bin counts (edges from the data, one sync, or from range), edge tensors,
+    weights, density, equal minimum and maximum, empty input."""
+    fallback_policy("error")
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(40, 3, generator=g)
+    w = torch.rand(40, generator=g)
+    check(lambda a: torch.histogramdd(a, [3, 4, 2]), x)
+    check(lambda a, b: torch.histogramdd(a, [2, 2, 5], range=[-1.0, 1.0, -2.0, 0.5, 0.0, 3.0], weight=b, density=True),
+          x, w)
+    check(lambda a: torch.histogramdd(a, 3), torch.ones(6, 2))  # equal min and max in every dim
+    check(lambda a: torch.histogramdd(a, [2, 3]), torch.empty(0, 2))
+    edges = [torch.tensor([-2.0, 0.0, 0.0, 1.5]), torch.tensor([-1.0, 1.0]), torch.tensor([-3.0, -1.0, 0.5, 2.0, 3.0])]
+    check(lambda a, e0, e1, e2, b: torch.histogramdd(a, [e0, e1, e2], weight=b), x, *edges, w)
+    check(lambda a: torch.histogramdd(a.reshape(4, 10, 3), [2, 2, 2], density=True), x)
+
+
 def test_histogram_matches_cpu(fallback_policy):
     fallback_policy("error")
     torch.manual_seed(0)
