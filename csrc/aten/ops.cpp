@@ -391,19 +391,25 @@ at::Tensor bin_positions(const at::Tensor& x, const at::Tensor& edges) {
   return pos;
 }
 
+// The input's checks (the CPU's) -> its number of dims D (the last dim's size).
+int64_t histogramdd_dims(const at::Tensor& self, size_t bins) {
+  TORCH_CHECK(self.dim() >= 2, "torch.histogramdd: input tensor should have at least 2 dimensions, but got ",
+              self.dim());
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"histogramdd\" not implemented for '",
+                              c10::toString(self.scalar_type()), "'");
+  const int64_t D = self.size(-1);
+  TORCH_CHECK(static_cast<int64_t>(bins) == D, "torch.histogramdd: expected ", D, " sequences of bin edges for each of the ",
+              D, " dimensions of the input, but got ", bins);
+  return D;
+}
+
 // torch.histogramdd's pieces. The input's last dim holds each sample's D coordinates. Edges per dim come
 // from `range` (2 D values) or the samples' minima and maxima (one sync for every dim), checked as the
 // CPU checks them; an empty input takes [0, 1].
 std::vector<at::Tensor> histogramdd_bin_edges(const at::Tensor& self, at::IntArrayRef bins,
                                               std::optional<at::ArrayRef<double>> range,
                                               const std::optional<at::Tensor>&, bool) {
-  TORCH_CHECK(self.dim() >= 2, "torch.histogramdd: input tensor should have at least 2 dimensions, but got ",
-              self.dim());
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"histogramdd\" not implemented for '",
-                              c10::toString(self.scalar_type()), "'");
-  const int64_t D = self.size(-1);
-  TORCH_CHECK(static_cast<int64_t>(bins.size()) == D, "torch.histogramdd: expected ", D, " sequences of bin edges for each of the ",
-              D, " dimensions of the input, but got ", bins.size());
+  const int64_t D = histogramdd_dims(self, bins.size());
   at::Tensor x = self.reshape({-1, D});
   std::vector<double> lo(D, 0.0), hi(D, 1.0);
   if (range) {
@@ -481,13 +487,7 @@ at::Tensor histogramdd_from_bin_cts(const at::Tensor& self, at::IntArrayRef bins
 // With given edges: each coordinate's bin by binary search, as the CPU.
 at::Tensor histogramdd_from_bin_tensors(const at::Tensor& self, at::TensorList bins, const std::optional<at::Tensor>& weight,
                                         bool density) {
-  TORCH_CHECK(self.dim() >= 2, "torch.histogramdd: input tensor should have at least 2 dimensions, but got ",
-              self.dim());
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"histogramdd\" not implemented for '",
-                              c10::toString(self.scalar_type()), "'");
-  const int64_t D = self.size(-1);
-  TORCH_CHECK(static_cast<int64_t>(bins.size()) == D, "torch.histogramdd: expected ", D, " sequences of bin edges for each of the ",
-              D, " dimensions of the input, but got ", bins.size());
+  const int64_t D = histogramdd_dims(self, bins.size());
   for (int64_t d = 0; d < D; ++d) {
     TORCH_CHECK(bins[d].scalar_type() == self.scalar_type(), "torch.histogramdd: input tensor and bins tensors should",
                 " have the same dtype, but got input with dtype ", self.scalar_type(), " and bins for dimension ", d,
