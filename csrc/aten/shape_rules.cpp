@@ -7,7 +7,6 @@
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/multi_margin_loss.h>
 #include <ATen/ops/multilabel_margin_loss_forward.h>
 #include <c10/util/Exception.h>
 
@@ -78,18 +77,9 @@ void geqrf(torch::jit::Stack& s) {
   s.emplace_back(at::empty(tau, a.options().device(c10::kMeta)));
 }
 
-// multi_margin_loss and multilabel_margin_loss_forward with reduction='none' and a 0-d or 1-d input: the
-// CPU gives a 0-d loss (multi_margin_loss: for a 0-d target), torch's meta kernels a [1] one. Their
-// checks, then the CPU's size.
-void multi_margin_loss(torch::jit::Stack& s) {
-  const at::Tensor self = s[0].toTensor(), target = s[1].toTensor();
-  const int64_t reduction = s[5].toInt();
-  at::Tensor out = at::multi_margin_loss(self, target, s[2].toScalar(), s[3].toScalar(),
-                                         s[4].toOptional<at::Tensor>(), reduction);
-  torch::jit::drop(s, 6);
-  s.emplace_back(self.dim() <= 1 && target.dim() == 0 && reduction == 0 ? out.reshape({}) : out);
-}
-
+// multilabel_margin_loss_forward with reduction='none' and a 0-d or 1-d input: the CPU gives a 0-d loss,
+// torch's meta kernel a [1] one. Its checks, then the CPU's size. (multi_margin_loss differs the same way,
+// but its backward then fails on the 0-d loss, so it keeps the meta kernel's [1].)
 void multilabel_margin_loss(torch::jit::Stack& s) {
   const at::Tensor self = s[0].toTensor();
   const int64_t reduction = s[2].toInt();
@@ -162,7 +152,6 @@ ShapeRule shape_rule(const std::string& name, const std::string& overload) {
   if (name == "aten::_native_batch_norm_legit_no_training" && overload.empty()) return batch_norm_no_training;
   if (name == "aten::_native_batch_norm_legit" && overload == "no_stats") return batch_norm_no_stats;
   if (name == "aten::_batch_norm_with_update_functional" && overload.empty()) return batch_norm_with_update;
-  if (name == "aten::multi_margin_loss" && overload.empty()) return multi_margin_loss;
   if (name == "aten::multilabel_margin_loss_forward" && overload.empty()) return multilabel_margin_loss;
   return nullptr;
 }
