@@ -160,7 +160,7 @@ V group_norm_backward(Ctx& c) {
   Builder& b = c.b;
   ElementType t = compute_type(c.t(1).elem());
   int64_t N = c.i(5), C = c.i(6), HW = c.i(7), G = c.i(8);
-  if (G <= 0 || C % G != 0 || N * C * HW == 0) throw hlo::Error("group_norm_backward: unsupported sizes");
+  if (G <= 0 || C % G != 0) throw hlo::Error("group_norm_backward: unsupported sizes");
   int64_t D = C / G;
   Dims d4{N, G, D, HW};
   Value g = b.reshape(arg_as(c, 0, t), d4), x = b.reshape(arg_as(c, 1, t), d4);

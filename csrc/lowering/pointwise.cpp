@@ -494,7 +494,8 @@ const Rows rows = {
        return one(c.b.select(inside, g, like(c.b, 0, g)));
      }},
     {{"elu", "elu_", "elu.out"}, [](Ctx& c) {
-       Value x = operand(c, 0), alpha = operand(c, 1), scale = operand(c, 2), in_scale = operand(c, 3);
+       // in float32 for half inputs, rounded once, as the CPU's opmath
+       Value x = up(c, 0), alpha = up(c, 1), scale = up(c, 2), in_scale = up(c, 3);
        Value neg = c.b.binary("multiply", alpha, c.b.unary("exponential_minus_one", c.b.binary("multiply", x, in_scale)));
        return one(c.b.binary("multiply", scale, c.b.select(c.b.compare(Cmp::GT, x, like(c.b, 0, x)), x, neg)));
      }},
@@ -525,6 +526,27 @@ const Rows rows = {
        Value y = c.b.binary("divide", c.b.binary("add", x, like(c.b, 3, x)), like(c.b, 6, x));
        y = nan_min(c.b, nan_max(c.b, y, like(c.b, 0, x)), like(c.b, 1, x));
        return one(c.b.binary("multiply", x, y));
+     }},
+    // the backward rows below follow the CPU kernels' formulas and their order of operations
+    {{"hardsigmoid_backward", "hardsigmoid_backward.grad_input"}, [](Ctx& c) {
+       Value g = up(c, 0), x = up(c, 1);
+       Value inside = c.b.binary("and", c.b.compare(Cmp::GT, x, like(c.b, -3, x)), c.b.compare(Cmp::LT, x, like(c.b, 3, x)));
+       return one(c.b.select(inside, c.b.binary("multiply", g, like(c.b, 1.0 / 6.0, g)), like(c.b, 0, g)));
+     }},
+    {{"hardswish_backward", "hardswish_backward.out"}, [](Ctx& c) {
+       Value g = up(c, 0), x = up(c, 1);
+       Value mid = c.b.binary("multiply", g, c.b.binary("add", c.b.binary("divide", x, like(c.b, 3, x)), like(c.b, 0.5, x)));
+       Value r = c.b.select(c.b.compare(Cmp::LT, x, like(c.b, 3, x)), mid, g);  // -3 and 3 belong outside
+       return one(c.b.select(c.b.compare(Cmp::LE, x, like(c.b, -3, x)), like(c.b, 0, g), r));
+     }},
+    // elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
+    {{"elu_backward", "elu_backward.grad_input"}, [](Ctx& c) {
+       Value g = up(c, 0), negcoef = c.b.binary("multiply", up(c, 1), up(c, 2)), poscoef = up(c, 2), in = up(c, 3);
+       Value y = up(c, 5);
+       Value neg = c.i(4) ? c.b.binary("multiply", c.b.binary("multiply", g, in), c.b.binary("add", y, negcoef))
+                          : c.b.binary("multiply", c.b.binary("multiply", c.b.binary("multiply", g, in), negcoef),
+                                       c.b.unary("exponential", c.b.binary("multiply", y, in)));
+       return one(c.b.select(c.b.compare(Cmp::LE, y, like(c.b, 0, y)), neg, c.b.binary("multiply", g, poscoef)));
      }},
 };
 

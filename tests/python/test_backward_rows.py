@@ -145,3 +145,31 @@ def test_composite_op_gradients(fn):
         grads.append((out.detach().cpu(), gx.cpu(), gy.cpu()))
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.elu(x, alpha=0.7),
+    lambda x: F.celu(x, alpha=1.3),
+    lambda x: F.selu(x),
+    lambda x: F.elu(x.clone(), alpha=0.5, inplace=True),  # is_result: the backward reads the output
+    lambda x: F.hardswish(x),
+    lambda x: F.hardsigmoid(x),
+    lambda x: F.group_norm(x[:0, :8].reshape(0, 4, 2), 2),  # an empty batch
+], ids=["elu", "celu", "selu", "elu_inplace", "hardswish", "hardsigmoid", "group_norm_empty"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_activation_backward_rows(fn, dtype, fallback_policy):
+    """elu_backward (both forms), hardswish_backward, hardsigmoid_backward and group norm's backward of an
+    empty batch run natively and give the CPU's gradients."""
+    fallback_policy("error")
+    g = torch.Generator().manual_seed(6)
+    x = (torch.randn(8, 9, generator=g) * 4).to(dtype)
+    x[0, :4] = torch.tensor([-3.0, 3.0, 0.0, -0.0])
+    up = torch.randn(fn(x).shape, generator=g).to(dtype)
+    grads = []
+    for dev in ("cpu", "tpu"):
+        t = x.detach().to(dev).requires_grad_()
+        out = fn(t)
+        (gx,) = torch.autograd.grad(out, t, up.to(dev), allow_unused=True, materialize_grads=True)
+        grads.append((out.detach().cpu(), gx.cpu()))
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want)
