@@ -67,11 +67,13 @@ void run_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
   {  // views past the end of their storage (freed or shrunk through another alias) address nothing
     const size_t n = op.schema().arguments().size();
     for (auto it = stack->end() - n; it != stack->end(); ++it) {
-      if (it->isTensor() && it->toTensor().device().type() == c10::DeviceType::PrivateUse1)
+      // (an absent optional tensor can arrive undefined rather than None: autograd passes those)
+      auto on_tpu = [](const at::Tensor& t) { return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1; };
+      if (it->isTensor() && on_tpu(it->toTensor()))
         check_view_in_storage(it->toTensor(), name.c_str());
       else if (it->isTensorList())
         for (const at::Tensor& t : it->toTensorList())
-          if (t.device().type() == c10::DeviceType::PrivateUse1) check_view_in_storage(t, name.c_str());
+          if (on_tpu(t)) check_view_in_storage(t, name.c_str());
     }
   }
   const std::string why = reason.empty() ? "no native lowering" : reason;

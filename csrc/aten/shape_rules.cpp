@@ -3,11 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include <ATen/ops/_batch_norm_with_update.h>
-#include <ATen/ops/_native_batch_norm_legit.h>
-#include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/multilabel_margin_loss_forward.h>
 #include <c10/util/Exception.h>
 
 namespace torch_pjrt {
@@ -77,70 +73,32 @@ void geqrf(torch::jit::Stack& s) {
   s.emplace_back(at::empty(tau, a.options().device(c10::kMeta)));
 }
 
-// multilabel_margin_loss_forward with reduction='none' and a 0-d or 1-d input: the CPU gives a 0-d loss,
-// torch's meta kernel a [1] one. Its checks, then the CPU's size. (multi_margin_loss differs the same way,
-// but its backward then fails on the 0-d loss, so it keeps the meta kernel's [1].)
-void multilabel_margin_loss(torch::jit::Stack& s) {
-  const at::Tensor self = s[0].toTensor();
-  const int64_t reduction = s[2].toInt();
-  auto [out, is_target] = at::multilabel_margin_loss_forward(self, s[1].toTensor(), reduction);
-  torch::jit::drop(s, 3);
-  s.emplace_back(self.dim() <= 1 && reduction == 0 ? out.reshape({}) : out);
-  s.emplace_back(is_target);
+// multi_margin_loss (with a 0-d target) and multilabel_margin_loss_forward, reduction='none', on a 0-d or
+// 1-d input: the CPU gives a 0-d loss, torch's meta kernels a [1] one.
+void multi_margin_loss(const torch::jit::Stack& args, torch::jit::Stack& results) {
+  if (args[0].toTensor().dim() <= 1 && args[1].toTensor().dim() == 0 && args[5].toInt() == 0)
+    results[0] = results[0].toTensor().reshape({});
+}
+
+void multilabel_margin_loss(const torch::jit::Stack& args, torch::jit::Stack& results) {
+  if (args[0].toTensor().dim() <= 1 && args[2].toInt() == 0) results[0] = results[0].toTensor().reshape({});
 }
 
 // Batch norm statistics (save_mean, save_invstd: results 1 and 2) as the CPU returns them: empty (0,)
 // when not training (torch's meta kernels say [C]), else in the parameters' dtype (the weight's, or the
-// input's without one; the meta kernels say float32 for float16).
-void push_batch_norm(torch::jit::Stack& s, const std::vector<at::Tensor>& r, bool training,
-                     const std::optional<at::Tensor>& weight, at::ScalarType input) {
-  const at::ScalarType param = weight && weight->defined() ? weight->scalar_type() : input;
-  for (size_t i = 0; i < r.size(); ++i) {
-    const bool stat = i == 1 || i == 2;
-    if (stat && !training) s.emplace_back(at::empty({0}, r[i].options().dtype(param)));
-    else if (stat && r[i].scalar_type() != param) s.emplace_back(at::empty(r[i].sizes(), r[i].options().dtype(param)));
-    else s.emplace_back(r[i]);
+// input's without one; the meta kernels say float32 for float16). `Training`: the index of the training
+// flag among the arguments, or kTraining / kNotTraining for the overloads that fix it.
+constexpr int kTraining = -1, kNotTraining = -2;
+template <int Training>
+void batch_norm_stats(const torch::jit::Stack& args, torch::jit::Stack& results) {
+  const bool training = Training == kTraining || (Training >= 0 && args[Training].toBool());
+  const auto weight = args[1].toOptional<at::Tensor>();
+  const at::ScalarType param = weight && weight->defined() ? weight->scalar_type() : args[0].toTensor().scalar_type();
+  for (size_t i : {1, 2}) {
+    const at::Tensor r = results[i].toTensor();
+    if (!training) results[i] = at::empty({0}, r.options().dtype(param));
+    else if (r.scalar_type() != param) results[i] = at::empty(r.sizes(), r.options().dtype(param));
   }
-}
-
-void batch_norm_functional(torch::jit::Stack& s) {
-  const at::Tensor x = s[0].toTensor();
-  const auto w = s[1].toOptional<at::Tensor>();
-  const bool training = s[5].toBool();
-  auto r = at::_native_batch_norm_legit_functional(x, w, s[2].toOptional<at::Tensor>(), s[3].toTensor(),
-                                                   s[4].toTensor(), training, s[6].toDouble(), s[7].toDouble());
-  torch::jit::drop(s, 8);
-  push_batch_norm(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r), std::get<4>(r)}, training, w,
-                  x.scalar_type());
-}
-
-void batch_norm_no_stats(torch::jit::Stack& s) {
-  const at::Tensor x = s[0].toTensor();
-  const auto w = s[1].toOptional<at::Tensor>();
-  const bool training = s[3].toBool();
-  auto r = at::_native_batch_norm_legit(x, w, s[2].toOptional<at::Tensor>(), training, s[4].toDouble(),
-                                        s[5].toDouble());
-  torch::jit::drop(s, 6);
-  push_batch_norm(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r)}, training, w, x.scalar_type());
-}
-
-void batch_norm_with_update(torch::jit::Stack& s) {
-  const at::Tensor x = s[0].toTensor();
-  const auto w = s[1].toOptional<at::Tensor>();
-  auto r = at::_batch_norm_with_update_functional(x, w, s[2].toOptional<at::Tensor>(), s[3].toTensor(),
-                                                  s[4].toTensor(), s[5].toDouble(), s[6].toDouble());
-  torch::jit::drop(s, 7);
-  push_batch_norm(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r), std::get<4>(r), std::get<5>(r)},
-                  true, w, x.scalar_type());
-}
-
-void batch_norm_no_training(torch::jit::Stack& s) {
-  const at::Tensor x = s[0].toTensor();
-  const auto w = s[1].toOptional<at::Tensor>();
-  auto r = at::_native_batch_norm_legit_no_training(x, w, s[2].toOptional<at::Tensor>(), s[3].toTensor(),
-                                                    s[4].toTensor(), s[5].toDouble(), s[6].toDouble());
-  torch::jit::drop(s, 7);
-  push_batch_norm(s, {std::get<0>(r), std::get<1>(r), std::get<2>(r)}, false, w, x.scalar_type());
 }
 
 }  // namespace
@@ -148,10 +106,15 @@ void batch_norm_no_training(torch::jit::Stack& s) {
 ShapeRule shape_rule(const std::string& name, const std::string& overload) {
   if (name == "aten::_grouped_mm" && overload.empty()) return grouped_mm;
   if (name == "aten::geqrf" && overload.empty()) return geqrf;
-  if (name == "aten::_native_batch_norm_legit_functional" && overload.empty()) return batch_norm_functional;
-  if (name == "aten::_native_batch_norm_legit_no_training" && overload.empty()) return batch_norm_no_training;
-  if (name == "aten::_native_batch_norm_legit" && overload == "no_stats") return batch_norm_no_stats;
-  if (name == "aten::_batch_norm_with_update_functional" && overload.empty()) return batch_norm_with_update;
+  return nullptr;
+}
+
+ResultFix result_fix(const std::string& name, const std::string& overload) {
+  if (name == "aten::_native_batch_norm_legit_functional" && overload.empty()) return batch_norm_stats<5>;
+  if (name == "aten::_native_batch_norm_legit" && overload == "no_stats") return batch_norm_stats<3>;
+  if (name == "aten::_batch_norm_with_update_functional" && overload.empty()) return batch_norm_stats<kTraining>;
+  if (name == "aten::_native_batch_norm_legit_no_training" && overload.empty()) return batch_norm_stats<kNotTraining>;
+  if (name == "aten::multi_margin_loss" && overload.empty()) return multi_margin_loss;
   if (name == "aten::multilabel_margin_loss_forward" && overload.empty()) return multilabel_margin_loss;
   return nullptr;
 }

@@ -16,6 +16,12 @@ using ShapeRule = void (*)(torch::jit::Stack&);
 // The rule for an operator ("aten::_grouped_mm", overload name ""), or nullptr: run it on meta tensors.
 ShapeRule shape_rule(const std::string& name, const std::string& overload);
 
+// Where the meta kernel's results differ from the CPU's in size or dtype only: a fix-up of the results
+// (`results`, meta tensors) given the call's arguments (`args`, as passed to the meta kernel), run after
+// the meta kernel, or nullptr.
+using ResultFix = void (*)(const torch::jit::Stack& args, torch::jit::Stack& results);
+ResultFix result_fix(const std::string& name, const std::string& overload);
+
 // out= overloads whose CPU kernels demand a result of exactly the input's dtype (their TensorIterator
 // wants all dtypes equal: "Found dtype BFloat16 but expected Float") where torch's meta kernels accept
 // any dtype the result can be cast to. Takes the operator's name ("aten::neg").

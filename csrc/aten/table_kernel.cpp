@@ -469,10 +469,16 @@ class TableKernel final : public c10::OperatorKernel {
       MetaBases fresh_bases;
       for (size_t i = 0; i < functional_args_; ++i) fmeta[i] = to_meta(stack[base + i], kinds_[i], fresh_bases);
     }
-    if (ShapeRule rule = shape_rule(functional_->schema().name(), functional_->schema().overload_name()))
+    const auto& schema = functional_->schema();
+    if (ShapeRule rule = shape_rule(schema.name(), schema.overload_name())) {
       rule(fmeta);  // the op's meta kernel is narrower than the op (aten/shape_rules.h)
-    else
+    } else if (ResultFix fix = result_fix(schema.name(), schema.overload_name())) {
+      const torch::jit::Stack args = fmeta;
       functional_->callBoxed(&fmeta);
+      fix(args, fmeta);  // the meta kernel's sizes or dtypes are not the CPU's
+    } else {
+      functional_->callBoxed(&fmeta);
+    }
     std::vector<pjrt::TensorSpec> outs;
     std::vector<at::ScalarType> out_dtypes;
     std::vector<std::vector<int64_t>> out_strides;  // non-contiguous dense layouts of the results

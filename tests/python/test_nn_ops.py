@@ -115,15 +115,29 @@ def test_group_norm_empty(shape, groups):
     check(lambda x, w, b: torch.native_group_norm(x, w, b, n, c, hw, groups, 1e-5), x, w, b, equal_nan=True)
 
 
+@pytest.mark.parametrize("loss", ["multi_margin", "multilabel_margin"])
 @pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
 @pytest.mark.parametrize("reduction", ["none", "sum"])
-def test_multilabel_margin_loss_result_shapes(shape, reduction):
-    """reduction='none' on a 0-d or 1-d input gives a 0-d loss on the CPU (torch's meta kernel says [1])."""
+def test_margin_loss_result_shapes_and_gradients(loss, shape, reduction, fallback_policy):
+    """reduction='none' on a 0-d or 1-d input gives a 0-d loss on the CPU (torch's meta kernels say [1]);
+    the backward (the CPU fallback: no row yet) gets autograd's undefined optional weight and must run."""
     x = torch.randn(shape, generator=torch.Generator().manual_seed(4))
-    t = torch.zeros(shape, dtype=torch.long)
-    if len(shape) == 2:
-        t[:, 1] = -1
-    check(lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction), x, t)
+    if loss == "multi_margin":
+        t = torch.tensor([1, 2])[: shape[0]] if len(shape) == 2 else torch.tensor(0)
+        fn = lambda x, t: F.multi_margin_loss(x, t, reduction=reduction)  # noqa: E731
+    else:
+        t = torch.zeros(shape, dtype=torch.long)
+        if len(shape) == 2:
+            t[:, 1] = -1
+        fn = lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction)  # noqa: E731
+    check(fn, x, t)
+    fallback_policy("silent")
+    grads = []
+    for dev in ("cpu", "tpu"):
+        xd = x.detach().to(dev).requires_grad_()
+        fn(xd, t.to(dev)).sum().backward()
+        grads.append(xd.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
