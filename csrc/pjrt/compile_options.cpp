@@ -31,6 +31,8 @@ void put_message(std::string& out, int field, const std::string& body) {
 // CompileOptionsProto fields.
 constexpr int kExecutableBuildOptions = 3;
 constexpr int kCompilePortableExecutable = 4;
+constexpr int kEnvOptionOverrides = 7;  // map<string, OptionOverrideProto>: entries {1: key, 2: value}
+constexpr int kOverrideBool = 2;        // OptionOverrideProto.bool_field
 // ExecutableBuildOptionsProto fields.
 constexpr int kDeviceOrdinal = 1;
 constexpr int kNumReplicas = 4;
@@ -46,7 +48,22 @@ std::string encode_compile_options(const CompileOptions& options) {
   std::string out;
   put_message(out, kExecutableBuildOptions, build);
   if (options.portable) put_int(out, kCompilePortableExecutable, 1);
+  for (const auto& [key, value] : options.overrides) {
+    std::string entry, override_value;
+    put_tag(entry, 1, kLengthDelimited);
+    put_varint(entry, key.size());
+    entry += key;
+    put_int(override_value, kOverrideBool, value ? 1 : 0);
+    put_message(entry, 2, override_value);
+    put_message(out, kEnvOptionOverrides, entry);
+  }
   return out;
+}
+
+CompileOptions default_compile_options() {
+  CompileOptions options;
+  options.overrides["xla_allow_excess_precision"] = false;
+  return options;
 }
 
 }  // namespace pjrt

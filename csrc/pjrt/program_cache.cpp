@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -25,6 +26,44 @@ struct Header {
   uint64_t payload_size;
   uint64_t checksum;
 };
+
+// Lines of a /proc file (-1 when it cannot be read).
+int64_t count_lines(const char* path) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  char buf[65536];
+  int64_t lines = 0;
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) lines += std::count(buf, buf + n, '\n');
+  close(fd);
+  return lines;
+}
+
+// XLA:CPU maps every program's machine code into the process (a few memory mappings each); once the
+// process reaches the kernel's limit (vm.max_map_count) the plugin's JIT linker aborts the process. A
+// compile or load is refused with this error while fewer than kHeadroom mappings are left, so a process
+// that keeps making new programs gets an exception (and eager ops their CPU fallback) instead. The maps
+// are counted every 128 programs while below half the limit, then before every program.
+// TORCH_PJRT_MAP_LIMIT replaces the kernel's limit (tests, or a tighter bound).
+void check_map_headroom() {
+  constexpr int64_t kHeadroom = 4096;
+  static const int64_t limit = [] {
+    if (const char* v = std::getenv("TORCH_PJRT_MAP_LIMIT")) return static_cast<int64_t>(std::atoll(v));
+    std::ifstream in("/proc/sys/vm/max_map_count");
+    int64_t v = -1;
+    return (in >> v) ? v : int64_t{-1};
+  }();
+  static std::atomic<int64_t> calls{0}, last{0};
+  if (limit <= 0) return;
+  if (last.load() < limit / 2 && calls.fetch_add(1) % 128 != 0) return;
+  int64_t maps = count_lines("/proc/self/maps");
+  if (maps < 0) return;
+  last.store(maps);
+  if (maps + kHeadroom > limit)
+    throw Error(Code::kResourceExhausted,
+                "too many programs in this process: " + std::to_string(maps) + " memory mappings of the kernel's "
+                "limit of " + std::to_string(limit) + " (vm.max_map_count), and XLA:CPU maps every program's code; "
+                "raise the limit (sysctl vm.max_map_count=262144) or use fewer distinct shapes");
+}
 
 void make_dirs(const std::string& path) {
   std::string partial;
@@ -92,7 +131,8 @@ ProgramCache::ProgramCache(const Client& client, std::string dir, int64_t max_di
     : client_(client), max_disk_bytes_(max_disk_bytes) {
   if (dir.empty()) return;
   std::string identity = client.plugin().path() + "|" + std::to_string(client.plugin().api_minor()) + "|" +
-                         client.platform_name() + "|" + client.platform_version();
+                         client.platform_name() + "|" + client.platform_version() + "|" +
+                         hex(fingerprint(client.compile_options()));
   dir_ = dir + "/" + hex(fingerprint(identity));
   make_dirs(dir_);
   for (const auto& e : scan(dir_)) disk_bytes_ += e.bytes;
@@ -182,6 +222,7 @@ ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<Tenso
       return it->second;
     }
   }
+  check_map_headroom();
   std::string file;
   if (!dir_.empty()) {
     file = dir_ + "/" + hex(fingerprint(mlir)) + ".bin";

@@ -1,6 +1,7 @@
 // Compiled programs keyed by their text, in memory and on disk. The disk tier stores the plugin's
 // serialized executables under a folder named for the plugin build (its path, API version, platform
-// version), since serialized executables are only valid for the build that made them.
+// version) and the compile options, since serialized executables are only valid for the build and the
+// settings that made them.
 //
 // Disk entries survive crashes and sharing: each is written to a private temporary name and renamed
 // into place (readers never see half a file, even with several processes on one folder), and carries a

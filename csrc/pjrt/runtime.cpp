@@ -486,7 +486,7 @@ Client::Client(std::shared_ptr<Plugin> plugin, abi::Client* handle)
     info.description.assign(debug.value, debug.value_size);
     devices_.push_back(std::move(info));
   }
-  compile_options_ = encode_compile_options(CompileOptions{});
+  compile_options_ = encode_compile_options(default_compile_options());
 }
 
 Client::~Client() {

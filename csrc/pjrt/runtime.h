@@ -204,6 +204,8 @@ class Client {
                         std::vector<TensorSpec> outputs) const;
   ExecutablePtr deserialize(const std::string& bytes, std::vector<TensorSpec> inputs,
                             std::vector<TensorSpec> outputs) const;
+  // The serialized CompileOptionsProto every compile passes (part of the disk cache's identity).
+  const std::string& compile_options() const { return compile_options_; }
 
  private:
   Client(std::shared_ptr<Plugin> plugin, abi::Client* handle);

@@ -129,4 +129,12 @@ TEST(compile_options_encoding) {
                                     0xFF, 0x01, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01};
   CHECK(bytes.size() == sizeof expected);
   CHECK(std::memcmp(bytes.data(), expected, sizeof expected) == 0);
+  // env_option_overrides (field 7): one map entry {1: "ab", 2: {2: false}}
+  pjrt::CompileOptions o;
+  o.overrides["ab"] = false;
+  std::string with = pjrt::encode_compile_options(o);
+  const unsigned char entry[] = {0x3A, 0x08, 0x0A, 0x02, 'a', 'b', 0x12, 0x02, 0x10, 0x00};
+  CHECK(with.size() == sizeof expected + sizeof entry);
+  CHECK(std::memcmp(with.data() + sizeof expected, entry, sizeof entry) == 0);
+  CHECK(pjrt::default_compile_options().overrides.at("xla_allow_excess_precision") == false);
 }

@@ -73,3 +73,37 @@ def test_corrupt_entry_is_evicted_and_recompiled(tmp_path):
     assert corrupt == len(files) and compiles >= len(files) and disk_hits == 0
     compiles, disk_hits, corrupt = _metrics(_run(tmp_path))
     assert corrupt == 0 and compiles == 0
+
+
+# A child that compiles new programs (a new shape each round) under a map limit just above what it
+# starts with: compiling must stop with a clear error, not abort the process inside XLA:CPU's JIT linker.
+_MAPS_CHILD = textwrap.dedent(
+    """
+    import os, torch, torch_pjrt
+    torch_pjrt.set_fallback_policy("error")
+    x = torch.randn(3)
+    assert torch.equal((x.to("tpu") * 2).cpu(), x * 2)
+    err = None
+    for n in range(1, 20000):
+        try:
+            y = torch.arange(float(n)).to("tpu").exp().cpu()
+        except RuntimeError as e:
+            err = e
+            break
+        torch.testing.assert_close(y, torch.arange(float(n)).exp())
+    assert err is not None and "vm.max_map_count" in str(err) and "aten::exp" in str(err), err
+    # the process goes on: known programs still run, and new ops take the CPU fallback where allowed
+    assert torch.equal((x.to("tpu") * 2).cpu(), x * 2)
+    torch_pjrt.set_fallback_policy("silent")
+    z = torch.arange(float(n)).to("tpu").exp()
+    assert torch.equal(z.cpu(), torch.arange(float(n)).exp())  # the CPU's own kernel
+    print("OK", n)
+    """
+)
+
+
+def test_too_many_programs_raise_instead_of_aborting(tmp_path):
+    maps = sum(1 for _ in open("/proc/self/maps"))
+    env = dict(os.environ, TORCH_PJRT_CACHE_DIR=str(tmp_path), TORCH_PJRT_MAP_LIMIT=str(maps + 4096 + 600))
+    r = subprocess.run([sys.executable, "-c", _MAPS_CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.startswith("OK"), r.stdout + r.stderr
