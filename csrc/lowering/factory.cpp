@@ -72,7 +72,7 @@ Value linspace_values(Ctx& c, size_t start_k, size_t end_k, int64_t steps) {
   Value start = b.convert(b.convert(operand(c, start_k, ElementType::kF64, {}), t), st);
   Value end = b.convert(b.convert(operand(c, end_k, ElementType::kF64, {}), t), st);
   if (steps == 1) return b.broadcast_to(start, {1});
-  Value step = a.div(a.sub(end, start), b.scalar(static_cast<double>(steps - 1), st));
+  Value step = a.div(a.sub(end, start), opaque(b, b.scalar(static_cast<double>(steps - 1), st)));
   Value i = b.iota(Type{ElementType::kS64, {steps}}, 0);
   Value fi = a.r(b.convert(i, st));
   Value back = a.r(b.convert(b.binary("subtract", b.constant_i(steps - 1, i.type), i), st));

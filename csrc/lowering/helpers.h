@@ -59,6 +59,9 @@ inline Value add(Builder& b, Value x, Value y) { return b.binary("add", x, y); }
 inline Value sub(Builder& b, Value x, Value y) { return b.binary("subtract", x, y); }
 inline Value mul(Builder& b, Value x, Value y) { return b.binary("multiply", x, y); }
 inline Value div(Builder& b, Value x, Value y) { return b.binary("divide", x, y); }
+// A value XLA must not treat as a constant: it rewrites x / c with a constant c into x * (1 / c), which
+// is not the correctly rounded quotient the CPU computes (linspace's (1 - 50) / 49 became -0.99999...).
+inline Value opaque(Builder& b, Value v) { return b.unary("optimization_barrier", v); }
 inline Value andv(Builder& b, Value x, Value y) { return b.binary("and", x, y); }
 inline Value orv(Builder& b, Value x, Value y) { return b.binary("or", x, y); }
 inline Value notv(Builder& b, Value x) { return b.unary("not", x); }

@@ -668,7 +668,7 @@ Value tap_coordinate(Builder& b, const Pool2d& p, int i, int64_t tap, const Dims
 V max_pool2d(Ctx& c) {
   Builder& b = c.b;
   Value x = c.t(0);
-  if (!pjrt::is_float(x.elem())) throw hlo::Error("max_pool2d: only floating-point inputs");
+  if (x.elem() == ElementType::kPred || pjrt::is_complex(x.elem())) throw hlo::Error("max_pool2d: real non-bool inputs only");
   Pool2d p = pool2d(c, x, c.out_dims(0), 1, true);
   int64_t r = x.rank(), L = p.lead;
   Dims lo(r, 0), hi(r, 0), interior(r, 0);
@@ -677,7 +677,7 @@ V max_pool2d(Ctx& c) {
     hi[L + i] = std::max<int64_t>(0, (p.out[i] - 1) * p.stride[i] + p.dilation[i] * (p.kernel[i] - 1) + 1 -
                                          p.in[i] - p.padding[i]);
   }
-  Value padded = b.pad(x, b.scalar(-INFINITY, x.elem()), lo, hi, interior);
+  Value padded = b.pad(x, lowest(b, x.elem()), lo, hi, interior);  // padding taps are never valid
   Dims plane{p.out[0], p.out[1]};
   const Dims& od = c.out_dims(0);
   Dims plane_bdims{L, L + 1};

@@ -118,7 +118,7 @@ std::vector<Dims> taps_of(const Dims& kernel) {
 V max_pool_nd(Ctx& c, int S) {
   Builder& b = c.b;
   Value x = c.t(0);
-  if (!pjrt::is_float(x.elem())) throw hlo::Error("max_pool: floating-point only");
+  if (x.elem() == ElementType::kPred || pjrt::is_complex(x.elem())) throw hlo::Error("max_pool: real non-bool inputs only");
   const Dims& od = c.out_dims(0);
   PoolNd p = pool_nd(c, x, od, S, 1, true);
   if (numel(od) == 0) return V{b.constant(0, c.out(0)), b.constant_i(0, c.out(1))};
@@ -128,7 +128,7 @@ V max_pool_nd(Ctx& c, int S) {
     lo[L + i] = p.padding[i];
     hi[L + i] = std::max<int64_t>(0, (p.out[i] - 1) * p.stride[i] + p.dilation[i] * (p.kernel[i] - 1) + 1 - p.in[i] - p.padding[i]);
   }
-  Value padded = b.pad(x, b.scalar(-INFINITY, x.elem()), lo, hi, interior);
+  Value padded = b.pad(x, lowest(b, x.elem()), lo, hi, interior);  // padding taps are never valid
   Type it{ElementType::kS64, od};
   Value best, best_idx, best_valid;
   for (const Dims& t : taps_of(p.kernel)) {

@@ -516,6 +516,20 @@ def test_max_pool2d(case):
     assert out.device.type == "tpu"
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+@pytest.mark.parametrize("dims", [2, 3])
+def test_max_pool_integers(dims, dtype):
+    """Integer max pooling, padding included (a padded tap never wins), values and indices as the CPU's."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 9, (2, 3) + (7,) * dims, generator=g).to(dtype)
+    if dtype != torch.uint8:
+        x = x - 4
+    pool = F.max_pool2d if dims == 2 else F.max_pool3d
+    got = pool(x.to("tpu"), 3, 2, 1, return_indices=True)
+    want = pool(x, 3, 2, 1, return_indices=True)
+    assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1])
+
+
 def test_max_pool2d_ties_and_negative_infinity():
     x = torch.tensor([[[[1.0, 1.0, 0.0], [1.0, 0.5, 0.0], [-float("inf"), -float("inf"), 2.0]]]])
     check(lambda x: F.max_pool2d(x, 2, 1, return_indices=True), x)
