@@ -16,3 +16,14 @@ def fallback_policy():
     old = torch_pjrt.get_fallback_policy()
     yield torch_pjrt.set_fallback_policy
     torch_pjrt.set_fallback_policy(old)
+
+
+@pytest.fixture
+def strict_eager():
+    """Runs one test under strict eager (one program per op) whatever TORCH_PJRT_EAGER says: for tests of
+    what strict eager promises and fused eager does not (an execution per op, where an asynchronous
+    failure surfaces and what it spares)."""
+    old = torch_pjrt.get_eager_mode()
+    torch_pjrt.set_eager_mode("strict")
+    yield
+    torch_pjrt.set_eager_mode(old)

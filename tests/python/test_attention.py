@@ -161,7 +161,7 @@ def test_sdpa_matches_cpu(kind, causal, gqa, scale, cross, dtype):
         assert err_tpu <= 2 * err_cpu + 2 * ulp * scale_x, f"{name}: tpu error {err_tpu:.3g} > cpu error {err_cpu:.3g}"
 
 
-def test_one_program_per_call():
+def test_one_program_per_call(strict_eager):
     """Forward: one program per SDPA call (no mask, or an additive one); backward: one more."""
     q = torch.randn(1, 2, 4, 8, device="tpu", requires_grad=True)
     bias = torch.randn(1, 1, 4, 4, device="tpu")

@@ -419,7 +419,7 @@ def test_writes_into_self_overlapping_views_stricter(prog):
 # ------------------------------------------------------------------------ out of memory inside an async program
 
 @pytest.mark.parametrize("prog", ["huge.clone()", "huge.contiguous()", "huge * 2"])
-def test_out_of_memory_in_a_program_leaves_earlier_tensors(prog):
+def test_out_of_memory_in_a_program_leaves_earlier_tensors(prog, strict_eager):
     """A result too big for the device fails inside PJRT's execution, after the op returned: the next sync
     point raises torch.OutOfMemoryError naming the op; earlier tensors, and ops on them issued after the
     failure, are intact (the CPU would have raised at the op: there the program stops, here at the sync)."""

@@ -70,7 +70,7 @@ def test_strict_failure_surfaces_at_item():
     assert_still_works()
 
 
-def test_strict_failure_surfaces_at_synchronize():
+def test_strict_failure_surfaces_at_synchronize(strict_eager):
     x = huge()
     y = x + 1  # a fresh failure, of another op
     del y
