@@ -138,7 +138,7 @@ Value binary_op(Ctx& c, const char* op, size_t a, size_t b) {
   return c.b.binary(op, operand(c, a), operand(c, b));
 }
 
-Value unary_op(Ctx& c, const char* op, size_t a) { return c.b.unary(op, operand(c, a)); }
+Value unary_op(Ctx& c, const char* op, size_t a) { return c.b.unary(op, up(c, a)); }
 
 namespace {
 Value nan_extremum(Builder& b, const char* op, Value x, Value y) {

@@ -29,7 +29,11 @@ Dims reduction_dims(const Ctx& c, size_t k, int64_t rank);
 
 // Elementwise op on operands converted to the output type.
 Value binary_op(Ctx& c, const char* op, size_t a = 0, size_t b = 1);
-Value unary_op(Ctx& c, const char* op, size_t a = 0);  // float ops on ints compute in the output type
+// op on operand a in the output type (float ops on ints too), in float32 for half-precision results:
+// torch's CPU kernels compute half math in float32 and round once (XLA:CPU's own float16 math is a few
+// ulps off: log2, expm1, acosh, sigmoid differed in one element of 1,000-3,000); the caller's result
+// is rounded to the output type.
+Value unary_op(Ctx& c, const char* op, size_t a = 0);
 
 // max / min as torch computes them: a NaN operand gives NaN (XLA:CPU's maximum/minimum drop it). Every
 // row uses these (or reduce(), whose "maximum"/"minimum" combiners use them) instead of the raw ops.

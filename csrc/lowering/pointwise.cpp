@@ -362,18 +362,18 @@ const Rows rows = {
     // unary math (float results; integer inputs are converted first)
     {{"exp", "exp_", "exp.out"}, [](Ctx& c) { return one(unary_op(c, "exponential")); }},
     {{"exp2", "exp2_", "exp2.out"}, [](Ctx& c) {
-       Value x = operand(c, 0);
+       Value x = up(c, 0);
        return one(c.b.binary("power", like(c.b, 2, x), x));
      }},
     {{"expm1", "expm1_", "expm1.out"}, [](Ctx& c) { return one(unary_op(c, "exponential_minus_one")); }},
     {{"log", "log_", "log.out"}, [](Ctx& c) { return one(unary_op(c, "log")); }},
     {{"log1p", "log1p_", "log1p.out"}, [](Ctx& c) { return one(unary_op(c, "log_plus_one")); }},
     {{"log2", "log2_", "log2.out"}, [](Ctx& c) {
-       Value x = operand(c, 0);
+       Value x = up(c, 0);
        return one(c.b.binary("divide", c.b.unary("log", x), like(c.b, std::log(2.0), x)));
      }},
     {{"log10", "log10_", "log10.out"}, [](Ctx& c) {
-       Value x = operand(c, 0);
+       Value x = up(c, 0);
        return one(c.b.binary("divide", c.b.unary("log", x), like(c.b, std::log(10.0), x)));
      }},
     {{"sqrt", "sqrt_", "sqrt.out"}, [](Ctx& c) { return one(unary_op(c, "sqrt")); }},
@@ -388,29 +388,29 @@ const Rows rows = {
      }},
     {{"sin", "sin_", "sin.out"}, [](Ctx& c) { return one(unary_op(c, "sine")); }},
     {{"cos", "cos_", "cos.out"}, [](Ctx& c) { return one(unary_op(c, "cosine")); }},
-    {{"tan", "tan_", "tan.out"}, [](Ctx& c) { return one(c.b.chlo_unary("tan", operand(c, 0))); }},
-    {{"asin", "asin_", "asin.out"}, [](Ctx& c) { return one(c.b.chlo_unary("asin", operand(c, 0))); }},
-    {{"acos", "acos_", "acos.out"}, [](Ctx& c) { return one(c.b.chlo_unary("acos", operand(c, 0))); }},
-    {{"atan", "atan_", "atan.out"}, [](Ctx& c) { return one(c.b.chlo_unary("atan", operand(c, 0))); }},
-    {{"sinh", "sinh_", "sinh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("sinh", operand(c, 0))); }},
-    {{"cosh", "cosh_", "cosh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("cosh", operand(c, 0))); }},
+    {{"tan", "tan_", "tan.out"}, [](Ctx& c) { return one(c.b.chlo_unary("tan", up(c, 0))); }},
+    {{"asin", "asin_", "asin.out"}, [](Ctx& c) { return one(c.b.chlo_unary("asin", up(c, 0))); }},
+    {{"acos", "acos_", "acos.out"}, [](Ctx& c) { return one(c.b.chlo_unary("acos", up(c, 0))); }},
+    {{"atan", "atan_", "atan.out"}, [](Ctx& c) { return one(c.b.chlo_unary("atan", up(c, 0))); }},
+    {{"sinh", "sinh_", "sinh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("sinh", up(c, 0))); }},
+    {{"cosh", "cosh_", "cosh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("cosh", up(c, 0))); }},
     {{"tanh", "tanh_", "tanh.out"}, [](Ctx& c) { return one(unary_op(c, "tanh")); }},
-    {{"asinh", "asinh_", "asinh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("asinh", operand(c, 0))); }},
-    {{"acosh", "acosh_", "acosh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("acosh", operand(c, 0))); }},
-    {{"atanh", "atanh_", "atanh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("atanh", operand(c, 0))); }},
-    {{"erf", "erf_", "erf.out"}, [](Ctx& c) { return one(c.b.chlo_unary("erf", operand(c, 0))); }},
-    {{"erfc", "erfc_", "erfc.out"}, [](Ctx& c) { return one(c.b.chlo_unary("erfc", operand(c, 0))); }},
+    {{"asinh", "asinh_", "asinh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("asinh", up(c, 0))); }},
+    {{"acosh", "acosh_", "acosh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("acosh", up(c, 0))); }},
+    {{"atanh", "atanh_", "atanh.out"}, [](Ctx& c) { return one(c.b.chlo_unary("atanh", up(c, 0))); }},
+    {{"erf", "erf_", "erf.out"}, [](Ctx& c) { return one(c.b.chlo_unary("erf", up(c, 0))); }},
+    {{"erfc", "erfc_", "erfc.out"}, [](Ctx& c) { return one(c.b.chlo_unary("erfc", up(c, 0))); }},
     // in double for float32 and half inputs, rounded once: XLA's float32 erf_inv is 1e-5 off near +-1
     {{"erfinv", "erfinv_", "erfinv.out"}, [](Ctx& c) {
        Value x = operand(c, 0);
        if (x.elem() == ElementType::kF64 || !pjrt::is_float(x.elem())) return one(c.b.chlo_unary("erf_inv", x));
        return one(c.b.convert(c.b.chlo_unary("erf_inv", c.b.convert(x, ElementType::kF64)), x.elem()));
      }},
-    {{"lgamma", "lgamma_", "lgamma.out"}, [](Ctx& c) { return one(c.b.chlo_unary("lgamma", operand(c, 0))); }},
+    {{"lgamma", "lgamma_", "lgamma.out"}, [](Ctx& c) { return one(c.b.chlo_unary("lgamma", up(c, 0))); }},
     {{"digamma", "digamma_", "digamma.out"}, [](Ctx& c) {
        // torch gives -inf at +0 and +inf at -0, that is -1/x (chlo's digamma gives NaN at both)
        Builder& b = c.b;
-       Value x = operand(c, 0), r = b.chlo_unary("digamma", x);
+       Value x = up(c, 0), r = b.chlo_unary("digamma", x);
        return one(b.select(b.compare(Cmp::EQ, x, like(b, 0, x)), b.unary("negate", div(b, like(b, 1, x), x)), r));
      }},
     {{"floor", "floor_", "floor.out"}, [](Ctx& c) {
@@ -447,7 +447,7 @@ const Rows rows = {
 
     // activations
     {{"relu", "relu_"}, [](Ctx& c) { return one(nan_max(c.b, operand(c, 0), like(c.b, 0, operand(c, 0)))); }},
-    {{"sigmoid", "sigmoid_", "sigmoid.out"}, [](Ctx& c) { return one(sigmoid(c.b, operand(c, 0))); }},
+    {{"sigmoid", "sigmoid_", "sigmoid.out"}, [](Ctx& c) { return one(sigmoid(c.b, up(c, 0))); }},
     {{"sigmoid_backward", "sigmoid_backward.grad_input"}, [](Ctx& c) {
        Value g = operand(c, 0), y = operand(c, 1);
        return one(c.b.binary("multiply", g, c.b.binary("multiply", y, c.b.binary("subtract", like(c.b, 1, y), y))));
