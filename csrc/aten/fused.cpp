@@ -20,6 +20,7 @@ namespace torch_pjrt {
 namespace fused {
 
 std::atomic<bool> g_active{false};
+std::atomic<bool> g_used{false};  // the mode was ever on: storage deletions synchronize with streams
 
 namespace {
 
@@ -150,6 +151,7 @@ std::string describe(const Stream& s) {
 
 void poison(const std::vector<PendingValue*>& outs, const std::shared_ptr<const DeferredError>& error) {
   for (PendingValue* p : outs) {
+    if (!p->handle) continue;
     StorageHandle& h = *p->handle;
     StorageLock lock(h);
     h.error = error;
@@ -202,7 +204,7 @@ void flush_locked() {
   // Outputs: the values of the storages that outlive the stream (the handle holds its PendingValue too).
   std::vector<PendingValue*> outs;
   for (const auto& p : s.pendings)
-    if (p.use_count() > 1) outs.push_back(p.get());
+    if (p.use_count() > 1 && p->handle) outs.push_back(p.get());
   if (outs.empty()) return;  // nothing it computes is observable (the generator was advanced at recording)
   std::vector<int64_t>& key = s.key;
   key.push_back(-1);
@@ -255,6 +257,7 @@ void flush_locked() {
 }  // namespace
 
 void set_active(bool on) {
+  if (on) g_used.store(true);
   if (!on) flush();
   g_active.store(on, std::memory_order_relaxed);
 }
@@ -267,6 +270,13 @@ void flush() {
 int64_t pending_ops() {
   std::lock_guard<std::recursive_mutex> lock(g_mu);
   return static_cast<int64_t>(stream().ops.size());
+}
+
+void detach(StorageHandle* h) {
+  if (!g_used.load()) return;
+  // under the stream's lock: a flush on another thread writes results through PendingValue::handle
+  std::lock_guard<std::recursive_mutex> lock(g_mu);
+  if (h->pending) h->pending->handle = nullptr;
 }
 
 int64_t streams_run() { return g_streams.load(); }

@@ -35,6 +35,9 @@ void set_active(bool on);  // leaving the mode flushes
 void flush();              // runs the pending stream, if any
 int64_t pending_ops();
 int64_t streams_run();
+// A storage's handle is about to be deleted (its storage freed, on any thread): a stream that holds its
+// pending value forgets it, after any flush in progress has finished writing through it.
+void detach(StorageHandle* h);
 
 // The schema facts of a table kernel's op that recording needs.
 struct OpInfo {

@@ -32,7 +32,11 @@ void* fake_address(size_t nbytes) {
   return reinterpret_cast<void*>(p);
 }
 
-void delete_handle(void* ctx) { delete static_cast<StorageHandle*>(ctx); }
+void delete_handle(void* ctx) {
+  auto* h = static_cast<StorageHandle*>(ctx);
+  fused::detach(h);
+  delete h;
+}
 
 c10::DataPtr make_data_ptr(StorageHandle* h, size_t nbytes) {
   return c10::DataPtr(fake_address(nbytes), h, &delete_handle,
@@ -102,14 +106,25 @@ StorageHandle& handle_of(const c10::Storage& storage) {
   return *static_cast<StorageHandle*>(ctx);
 }
 
+bool is_pending(const StorageHandle& h) {
+  std::lock_guard<std::recursive_mutex> lock(h.mu);
+  return h.pending != nullptr;
+}
+
+std::optional<lowering::BaseForm> pending_form(const StorageHandle& h) {
+  std::lock_guard<std::recursive_mutex> lock(h.mu);
+  if (!h.pending) return std::nullopt;
+  return h.pending->form;
+}
+
 pjrt::BufferPtr buffer_of(const StorageHandle& h) {
-  if (h.pending) fused::flush();
+  if (is_pending(h)) fused::flush();
   std::lock_guard<std::recursive_mutex> lock(h.mu);
   return h.buffer;
 }
 
 std::shared_ptr<const DeferredError> error_of(const StorageHandle& h) {
-  if (h.pending) fused::flush();
+  if (is_pending(h)) fused::flush();
   std::lock_guard<std::recursive_mutex> lock(h.mu);
   return h.error;
 }
@@ -161,7 +176,7 @@ int64_t growable_capacity(int64_t numel) {
 
 bool is_growable(const c10::Storage& storage) {
   // lowering::has_spare_capacity without building a BaseForm: this runs for every tensor of every op
-  if (handle_of(storage).pending) return false;  // stream results are never growable
+  if (is_pending(handle_of(storage))) return false;  // stream results are never growable
   return is_growable(storage, buffer_of(handle_of(storage)));
 }
 
@@ -172,7 +187,7 @@ bool is_growable(const c10::Storage& storage, const pjrt::BufferPtr& buffer) {
 }
 
 bool reads_growable(const at::Tensor& t) {
-  if (t.is_conj() || t.is_neg() || t.numel() == 0 || handle_of(t.storage()).pending) return false;
+  if (t.is_conj() || t.is_neg() || t.numel() == 0 || is_pending(handle_of(t.storage()))) return false;
   pjrt::BufferPtr buffer = buffer_of(handle_of(t.storage()));
   return is_growable(t.storage(), buffer) && buffer->type() == element_type(t.scalar_type());
 }
@@ -230,7 +245,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   StorageHandle& h = handle_of(storage);
   auto* impl = storage.unsafeGetStorageImpl();
   TORCH_CHECK(impl->resizable(), "tpu: trying to resize storage that is not resizable");
-  if (h.pending) fused::flush();
+  if (is_pending(h)) fused::flush();
   StorageLock lock(h);
   if (h.buffer && nbytes != storage.nbytes()) {
     h.buffer = resized_base(h, base_form(storage), nbytes);

@@ -9,6 +9,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <mutex>
+#include <optional>
 
 #include "lowering/view.h"
 #include "pjrt/runtime.h"
@@ -43,6 +44,11 @@ struct StorageHandle {
 // value (fused eager) is materialized first: every read of a buffer is a sync point of the stream.
 pjrt::BufferPtr buffer_of(const StorageHandle& h);
 std::shared_ptr<const DeferredError> error_of(const StorageHandle& h);
+
+// Fused eager: whether the storage's value is pending, and its pending form, read under its lock (a
+// stream run by another thread clears `pending` and frees the PendingValue meanwhile).
+bool is_pending(const StorageHandle& h);
+std::optional<lowering::BaseForm> pending_form(const StorageHandle& h);
 
 // Locks several storages' handles for an op's read-execute-swap, in address order so that two ops
 // locking overlapping sets never deadlock.

@@ -162,7 +162,7 @@ class TableKernel final : public c10::OperatorKernel {
       return true;
     }
     for (const auto& st : call.storages)
-      if (handle_of(st).pending) fused::flush();
+      if (is_pending(handle_of(st))) fused::flush();
     return false;
   }
 
@@ -245,11 +245,11 @@ class TableKernel final : public c10::OperatorKernel {
     call.storages.push_back(t.storage());
     // The storage's base form, once per storage (a pending one's without running the stream).
     const StorageHandle& h = handle_of(t.storage());
-    if (const PendingValue* p = h.pending.get()) {
+    if (std::optional<lowering::BaseForm> p = pending_form(h)) {
       key.push_back(static_cast<int64_t>(t.storage().nbytes()));
-      key.push_back(static_cast<int64_t>(p->form.elem));
-      key.push_back(static_cast<int64_t>(p->form.dims.size()));
-      for (int64_t d : p->form.dims) key.push_back(d);
+      key.push_back(static_cast<int64_t>(p->elem));
+      key.push_back(static_cast<int64_t>(p->dims.size()));
+      for (int64_t d : p->dims) key.push_back(d);
       return;
     }
     pjrt::BufferPtr buffer = buffer_of(h);
@@ -649,7 +649,8 @@ class TableKernel final : public c10::OperatorKernel {
                            std::vector<lowering::BaseForm>& forms, std::vector<hlo::Value>& slot_values) {
     for (size_t s = 0; s < call.slots.size(); ++s) {
       const StorageHandle& h = handle_of(call.storages[s]);  // fused eager: a pending value's form
-      lowering::BaseForm f = h.pending ? h.pending->form : base_form(call.storages[s]);
+      std::optional<lowering::BaseForm> p = pending_form(h);
+      lowering::BaseForm f = p ? std::move(*p) : base_form(call.storages[s]);
       forms.push_back(f);
       slot_values.push_back(f.present ? b.arg(hlo::Type{f.elem, f.dims}) : hlo::Value{});
       if (!f.present) continue;
