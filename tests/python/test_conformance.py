@@ -65,6 +65,13 @@ def test_conformance_slice(name):
     want = EXPECTED.get(name, {"status": "pass"})["status"]
     if RANK[r.status] < RANK[want]:
         print(f"{name}: better than recorded ({want} -> {r.status}); refresh with --update")
+    # A float32 sum in another order differs from the CPU's in the last bits, by how much depends on the
+    # machine (XLA's and oneDNN's kernels differ between CPU models): a mismatch where tpu's result is no
+    # farther from the float64 result than the CPU's own is not a regression (PyTorch's reference tests
+    # accept a result at least as accurate as the CPU's the same way); the report still counts it.
+    if r.status == "mismatch" and r.nearer_exact:
+        print(f"{name}: differs from the CPU but is nearer float64: {r.detail}")
+        return
     if want == "pass":
         assert r.status == "pass", f"{name} no longer passes: {r.status}: {r.detail}"
     assert r.status != "mismatch" or want == "mismatch", f"{name}: wrong result: {r.detail}"
