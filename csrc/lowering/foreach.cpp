@@ -44,33 +44,13 @@ V each(Ctx& c) {
   return out;
 }
 
-Value add(Ctx& c) {
-  Value y = operand(c, 1);
-  if (c.has(2)) y = c.b.binary("multiply", y, operand(c, 2));
-  return c.b.binary("add", operand(c, 0), y);
-}
-Value sub(Ctx& c) {
-  Value y = operand(c, 1);
-  if (c.has(2)) y = c.b.binary("multiply", y, operand(c, 2));
-  return c.b.binary("subtract", operand(c, 0), y);
-}
+Value add(Ctx& c) { return add_alpha(c, 0, 1, 2, 1); }
+Value sub(Ctx& c) { return add_alpha(c, 0, 1, 2, -1); }
 Value mul(Ctx& c) { return binary_op(c, "multiply"); }
 Value div(Ctx& c) { return binary_op(c, "divide"); }
 Value maximum(Ctx& c) { return nan_max(c.b, operand(c, 0), operand(c, 1)); }
 Value minimum(Ctx& c) { return nan_min(c.b, operand(c, 0), operand(c, 1)); }
 Value pow(Ctx& c) { return binary_op(c, "power"); }
-Value addcmul(Ctx& c) {
-  Value prod = c.b.binary("multiply", operand(c, 1), operand(c, 2));
-  return c.b.binary("add", operand(c, 0), c.b.binary("multiply", operand(c, 3), prod));
-}
-Value addcdiv(Ctx& c) {
-  Value q = c.b.binary("divide", operand(c, 1), operand(c, 2));
-  return c.b.binary("add", operand(c, 0), c.b.binary("multiply", operand(c, 3), q));
-}
-Value lerp(Ctx& c) {
-  Value s = operand(c, 0), e = operand(c, 1), w = operand(c, 2);
-  return c.b.binary("add", s, c.b.binary("multiply", w, c.b.binary("subtract", e, s)));
-}
 Value neg(Ctx& c) { return unary_op(c, "negate"); }
 Value sqrt(Ctx& c) { return unary_op(c, "sqrt"); }
 Value rsqrt(Ctx& c) { return unary_op(c, "rsqrt"); }

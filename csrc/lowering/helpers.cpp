@@ -286,4 +286,42 @@ Value scatter_add_axis(Builder& b, Value acc, int64_t axis, const std::vector<in
   });
 }
 
+Value add_alpha(Ctx& c, size_t a, size_t b, size_t alpha, double sign) {
+  Value x = operand(c, a), y = operand(c, b);
+  ElementType t = c.out_type();
+  if ((t == ElementType::kBF16 || t == ElementType::kF16) && c.has(alpha)) {
+    x = c.b.convert(x, ElementType::kF32);
+    y = mul(c.b, c.b.convert(y, ElementType::kF32), c.b.convert(operand(c, alpha), ElementType::kF32));
+    return c.b.convert(sign < 0 ? sub(c.b, x, y) : add(c.b, x, y), t);
+  }
+  if (c.has(alpha)) y = c.b.binary("multiply", y, operand(c, alpha));
+  if (sign < 0) return c.b.binary("subtract", x, y);
+  if (c.out_type() == ElementType::kPred) return c.b.binary("or", x, y);
+  return c.b.binary("add", x, y);
+}
+
+Value lerp(Ctx& c) {
+  ElementType t = c.out_type(), ct = accumulation_type(t);
+  Value s = c.b.convert(operand(c, 0), ct), e = c.b.convert(operand(c, 1), ct);
+  Value w = operand(c, 2, ct, c.out_dims()), d = sub(c.b, e, s);
+  Value low = add(c.b, s, mul(c.b, w, d));
+  if (pjrt::is_complex(t)) return low;
+  Value high = sub(c.b, e, mul(c.b, d, sub(c.b, like(c.b, 1, w), w)));
+  Value small = c.b.compare(hlo::Cmp::LT, c.b.unary("abs", w), like(c.b, 0.5, w));
+  return c.b.convert(c.b.select(small, low, high), t);
+}
+
+// The CPU's kernels: self + value * t1 * t2 and self + value * t1 / t2, in that order, in f32 for
+// f16/bf16 with the value as a float (not rounded to the tensors' type), rounded once.
+Value addcmul(Ctx& c) {
+  const ElementType t = c.out_type();
+  Value p = mul(c.b, mul(c.b, up(c, 3), up(c, 1)), up(c, 2));
+  return c.b.convert(add(c.b, up(c, 0), p), t);
+}
+Value addcdiv(Ctx& c) {
+  const ElementType t = c.out_type();
+  Value q = div(c.b, mul(c.b, up(c, 3), up(c, 1)), up(c, 2));
+  return c.b.convert(add(c.b, up(c, 0), q), t);
+}
+
 }  // namespace lowering

@@ -75,6 +75,18 @@ Value is_finite(Builder& b, Value x);  // |x| < inf (false for NaN)
 
 // Argument k converted to the accumulation type of the output and broadcast to the output's shape.
 inline Value up(Ctx& c, size_t k) { return operand(c, k, accumulation_type(c.out_type()), c.out_dims()); }
+// Pointwise arithmetic the pointwise and _foreach_ rows share, with the CPU kernels' order and rounding:
+// a + alpha * b from arguments a, b and the optional alpha (sign -1: a - alpha * b); for f16/bf16 alpha is
+// rounded to the result type and x + alpha * y computed in f32, rounded once (bf16 a - b * 0.1 differed in
+// the last bit for a quarter of the elements).
+Value add_alpha(Ctx& c, size_t a, size_t b, size_t alpha, double sign);
+// torch's lerp of arguments 0 (start), 1 (end), 2 (weight): start + w * (end - start) for |w| < 0.5, else
+// end - (end - start) * (1 - w) (exact at w = 1, and lerp(inf, 0, 0.5) is inf, not inf - inf), in f32 for
+// f16/bf16 with the weight at its own precision.
+Value lerp(Ctx& c);
+// addcmul and addcdiv of arguments 0 (self), 1 (tensor1), 2 (tensor2), 3 (value).
+Value addcmul(Ctx& c);
+Value addcdiv(Ctx& c);
 // The float type an nn row computes in: f32 for half types and integers, the type itself otherwise.
 ElementType compute_type(ElementType t);
 

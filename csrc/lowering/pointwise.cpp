@@ -11,23 +11,6 @@ using hlo::Cmp;
 
 V one(Value v) { return V{v}; }
 
-// a + alpha * b (add, sub with negated sign via `sign`)
-// For f16/bf16 results the CPU's kernels round alpha to the result type and compute x + alpha * y in f32,
-// rounding once (bf16 a - b * 0.1 differed in the last bit for a quarter of the elements).
-Value add_alpha(Ctx& c, size_t a, size_t b, size_t alpha, double sign) {
-  Value x = operand(c, a), y = operand(c, b);
-  ElementType t = c.out_type();
-  if ((t == ElementType::kBF16 || t == ElementType::kF16) && c.has(alpha)) {
-    x = c.b.convert(x, ElementType::kF32);
-    y = mul(c.b, c.b.convert(y, ElementType::kF32), c.b.convert(operand(c, alpha), ElementType::kF32));
-    return c.b.convert(sign < 0 ? sub(c.b, x, y) : add(c.b, x, y), t);
-  }
-  if (c.has(alpha)) y = c.b.binary("multiply", y, operand(c, alpha));
-  if (sign < 0) return c.b.binary("subtract", x, y);
-  if (c.out_type() == ElementType::kPred) return c.b.binary("or", x, y);
-  return c.b.binary("add", x, y);
-}
-
 Value trunc(Builder& b, Value x) {
   Value zero = like(b, 0, x);
   return b.select(b.compare(Cmp::LT, x, zero), b.unary("ceil", x), b.unary("floor", x));
@@ -203,19 +186,6 @@ Value is_inf(Builder& b, Value x, int sign) {
   return b.compare(Cmp::EQ, v, like(b, sign < 0 ? -INFINITY : INFINITY, v));
 }
 
-// torch's lerp: start + w * (end - start) for |w| < 0.5, else end - (end - start) * (1 - w) (exact at w = 1,
-// and lerp(inf, 0, 0.5) is inf, not inf - inf), in f32 for f16/bf16 with the weight at its own precision.
-Value lerp(Ctx& c) {
-  ElementType t = c.out_type(), ct = accumulation_type(t);
-  Value s = c.b.convert(operand(c, 0), ct), e = c.b.convert(operand(c, 1), ct);
-  Value w = operand(c, 2, ct, c.out_dims()), d = sub(c.b, e, s);
-  Value low = add(c.b, s, mul(c.b, w, d));
-  if (pjrt::is_complex(t)) return low;
-  Value high = sub(c.b, e, mul(c.b, d, sub(c.b, like(c.b, 1, w), w)));
-  Value small = c.b.compare(Cmp::LT, c.b.unary("abs", w), like(c.b, 0.5, w));
-  return c.b.convert(c.b.select(small, low, high), t);
-}
-
 bool tanh_mode(const Ctx& c, size_t k) { return c.has(k) && c.arg(k).s == "tanh"; }
 
 const Rows rows = {
@@ -350,14 +320,8 @@ const Rows rows = {
     {{"clone", "clone.out"}, [](Ctx& c) { return one(operand(c, 0)); }},
     {{"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out"}, [](Ctx& c) { return one(lerp(c)); }},
     {{"lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out"}, [](Ctx& c) { return one(lerp(c)); }},
-    {{"addcmul", "addcmul_", "addcmul.out"}, [](Ctx& c) {
-       Value prod = c.b.binary("multiply", operand(c, 1), operand(c, 2));
-       return one(c.b.binary("add", operand(c, 0), c.b.binary("multiply", operand(c, 3), prod)));
-     }},
-    {{"addcdiv", "addcdiv_", "addcdiv.out"}, [](Ctx& c) {
-       Value q = c.b.binary("divide", operand(c, 1), operand(c, 2));
-       return one(c.b.binary("add", operand(c, 0), c.b.binary("multiply", operand(c, 3), q)));
-     }},
+    {{"addcmul", "addcmul_", "addcmul.out"}, [](Ctx& c) { return one(addcmul(c)); }},
+    {{"addcdiv", "addcdiv_", "addcdiv.out"}, [](Ctx& c) { return one(addcdiv(c)); }},
 
     // unary math (float results; integer inputs are converted first)
     {{"exp", "exp_", "exp.out"}, [](Ctx& c) { return one(unary_op(c, "exponential")); }},

@@ -91,8 +91,8 @@ class Result:
     detail: str = ""
     samples: int = 0  # samples compared
     seconds: float = 0.0
-    # a float32 mismatch where tpu's result is no farther from the float64 result on the same inputs than
-    # the CPU's own (a summation order that differs, not a wrong answer): still counted as a mismatch
+    # a floating-point mismatch where tpu's result is no farther from the float64 result on the same inputs
+    # than the CPU's own (another summation order or rounding, not a wrong answer): still a mismatch
     nearer_exact: bool = False
 
 
@@ -277,9 +277,9 @@ def _to_double(x):
 
 
 def _nearer_exact(op, sample, dtype, got, exp) -> tuple[str, bool]:
-    """For a float32 mismatch: which side is nearer the CPU's float64 result on the same inputs (a note,
-    never used to pass), and whether it is tpu."""
-    if dtype != torch.float32 or got is None:
+    """For a floating-point mismatch: which side is nearer the CPU's float64 result on the same inputs (a
+    note, never used to pass), and whether it is tpu."""
+    if dtype not in (torch.float32, torch.bfloat16, torch.float16) or got is None:
         return "", False
     try:
         ref = op(_to_double(sample.input), *_to_double(sample.args), **_to_double(sample.kwargs))

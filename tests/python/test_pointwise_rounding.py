@@ -1,0 +1,57 @@
+"""Pointwise arithmetic with the CPU kernels' order and rounding, bit for bit against PyTorch on the CPU:
+addcmul and addcdiv compute self + value * t1 * t2 (and / t2) in that order, in float32 for float16 and
+bfloat16 (the value not rounded to the tensors' type), rounded once; the _foreach_ forms (what torch.optim's
+foreach implementations call) share those rows' arithmetic, lerp's two-sided formula included."""
+
+import pytest
+import torch
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+# A multiple of the CPU's vector width: the CPU's scalar tail of add with alpha rounds alpha * b to float16
+# first, its vectorized body does not (the two disagree on the last elements of a 4099-element tensor);
+# "tpu" computes as the vectorized body.
+def _inputs(dtype, n=4096):
+    g = torch.Generator().manual_seed(11)
+    s, a, b = (torch.randn(n, generator=g) for _ in range(3))
+    w = torch.rand(n, generator=g)
+    return s.to(dtype), a.to(dtype), (b.abs() + 0.5).to(dtype), w.to(dtype)
+
+
+def _tpu(*ts):
+    return [t.to("tpu") for t in ts]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fn", [torch.addcmul, torch.addcdiv], ids=lambda f: f.__name__)
+def test_addcmul_addcdiv_round_as_the_cpu(fn, dtype):
+    s, a, b, _ = _inputs(dtype)
+    for value in (1, 0.3, -2.7):
+        assert torch.equal(fn(*_tpu(s, a, b), value=value).cpu(), fn(s, a, b, value=value))
+    # in place, on a view
+    x = s.clone()
+    y = s.to("tpu")
+    x[1:].copy_(fn(x[1:], a[1:], b[1:], value=0.3))
+    getattr(y[1:], fn.__name__ + "_")(*_tpu(a[1:], b[1:]), value=0.3)
+    assert torch.equal(y.cpu(), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_foreach_rows_round_as_the_cpu(dtype):
+    s, a, b, w = _inputs(dtype)
+    ts, ta, tb, tw = _tpu(s, a, b, w)
+    for name in ("_foreach_addcmul", "_foreach_addcdiv"):
+        got = getattr(torch, name)([ts, ta], [ta, tb], [tb, ta.abs() + 1], 0.3)
+        want = getattr(torch, name)([s, a], [a, b], [b, a.abs() + 1], 0.3)
+        for g, e in zip(got, want):
+            assert torch.equal(g.cpu(), e), name
+    got = torch._foreach_add([ts, ta], [ta, tb], alpha=-0.1)
+    want = torch._foreach_add([s, a], [a, b], alpha=-0.1)
+    for g, e in zip(got, want):
+        assert torch.equal(g.cpu(), e)
+    # lerp with weights on both sides of 0.5 (torch's second form is exact at w = 1)
+    got = torch._foreach_lerp([ts], [ta], [tw])[0]
+    assert torch.equal(got.cpu(), torch.lerp(s, a, w))
+    got = torch._foreach_lerp([ts], [ta], 0.75)[0]
+    assert torch.equal(got.cpu(), torch.lerp(s, a, 0.75))
