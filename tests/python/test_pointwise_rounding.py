@@ -1,7 +1,8 @@
 """Pointwise arithmetic with the CPU kernels' order and rounding, bit for bit against PyTorch on the CPU:
 addcmul and addcdiv compute self + value * t1 * t2 (and / t2) in that order, in float32 for float16 and
 bfloat16 (the value not rounded to the tensors' type), rounded once; the _foreach_ forms (what torch.optim's
-foreach implementations call) share those rows' arithmetic, lerp's two-sided formula included."""
+foreach implementations call) share those rows' arithmetic, lerp's two-sided formula included; cosh and
+sinh as the CPU computes them, from exp(|x|)."""
 
 import pytest
 import torch
@@ -55,3 +56,24 @@ def test_foreach_rows_round_as_the_cpu(dtype):
     assert torch.equal(got.cpu(), torch.lerp(s, a, w))
     got = torch._foreach_lerp([ts], [ta], 0.75)[0]
     assert torch.equal(got.cpu(), torch.lerp(s, a, 0.75))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32])
+@pytest.mark.parametrize("fn", [torch.cosh, torch.sinh], ids=lambda f: f.__name__)
+def test_cosh_sinh_large_arguments(fn, dtype):
+    """cosh and sinh from e = exp(|x|), as the CPU: XLA's form exp(|x| + log(0.5)) rounded the argument
+    (float32 cosh(55) 1.4e-6 relative off) and stayed finite where the CPU's float32 result is inf (89)."""
+    special = torch.tensor([55.0, 20.0, 80.0, 89.0, -89.0, 89.5, 0.0, -0.0, 1e-8, -0.5, 1.0, -1.0, 710.0,
+                            float("inf"), float("-inf"), float("nan")])
+    x = torch.cat([special, torch.linspace(-95, 95, 20001)])
+    x = x[x.isfinite()].round().to(dtype) if dtype == torch.int32 else x.to(dtype)
+    torch.testing.assert_close(fn(x.to("tpu")).cpu(), fn(x), equal_nan=True)
+    if dtype.is_floating_point:  # the sign of zero
+        z = torch.tensor([0.0, -0.0], dtype=dtype)
+        assert torch.equal(fn(z.to("tpu")).cpu().signbit(), fn(z).signbit())
+
+
+def test_cosh_sinh_complex():
+    x = torch.randn(64, dtype=torch.complex64, generator=torch.Generator().manual_seed(2)) * 3
+    for fn in (torch.cosh, torch.sinh):
+        torch.testing.assert_close(fn(x.to("tpu")).cpu(), fn(x))
