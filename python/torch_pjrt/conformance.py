@@ -276,6 +276,17 @@ def _to_double(x):
     return x
 
 
+def _max_error(v, r) -> float:
+    """The largest |v - r| where r is finite; inf where v is NaN there, or differs from a non-finite r (a
+    NaN or infinity in place of a number is never "nearer")."""
+    finite = torch.isfinite(r)
+    d = (v - r)[finite].abs()
+    if d.isnan().any():
+        return math.inf
+    other = ~finite & ~((v == r) | (v.isnan() & r.isnan()))
+    return math.inf if other.any() else (d.max().item() if d.numel() else 0.0)
+
+
 def _nearer_exact(op, sample, dtype, got, exp) -> tuple[str, bool]:
     """For a floating-point mismatch: which side is nearer the CPU's float64 result on the same inputs (a
     note, never used to pass), and whether it is tpu."""
@@ -287,9 +298,8 @@ def _nearer_exact(op, sample, dtype, got, exp) -> tuple[str, bool]:
         for g, e, r in zip(_tensors(got), _tensors(exp), _tensors(ref)):
             if not r.dtype.is_floating_point or g.shape != r.shape or e.shape != r.shape:
                 return "", False
-            finite = torch.isfinite(r)
-            errs[0] = max(errs[0], (g.detach().cpu().double() - r)[finite].abs().max().item() if finite.any() else 0.0)
-            errs[1] = max(errs[1], (e.detach().double() - r)[finite].abs().max().item() if finite.any() else 0.0)
+            for j, v in enumerate((g.detach().cpu().double(), e.detach().double())):
+                errs[j] = max(errs[j], _max_error(v, r))
     except Exception:
         return "", False
     side = "tpu" if errs[0] <= errs[1] else "the CPU"
