@@ -49,6 +49,20 @@ def copy_bandwidth(nbytes=512 << 20, repeats=5):
     return 2 * nbytes / best
 
 
+def device_bandwidth(nbytes=1 << 30, repeats=5):
+    """Bytes read + written per second by an elementwise op on "tpu": the device's memory bandwidth
+    (off the CPU plugin, where the weights live in device memory)."""
+    x = torch.ones(nbytes // 4, device="tpu")
+
+    def neg():
+        y = x.neg()  # kept alive until the device is done with it
+        torch.tpu.synchronize()
+        return y
+
+    neg()
+    return 2 * nbytes / min(_timed(neg) for _ in range(repeats))
+
+
 def _timed(fn):
     t0 = time.perf_counter()
     fn()
@@ -71,10 +85,14 @@ def main():
 
     cfg = Qwen3MoeConfig(hidden_size=args.hidden, moe_intermediate_size=args.intermediate,
                          num_experts=args.experts, num_experts_per_tok=args.top_k, norm_topk_prob=True)
-    bw = copy_bandwidth()
+    platform = torch.tpu.get_device_properties().platform
+    if platform == "cpu":
+        bw, what = copy_bandwidth(), "host copy"
+    else:
+        bw, what = device_bandwidth(), f"{platform} device, elementwise"
     print(f"{args.experts} experts, top-{args.top_k}, hidden {args.hidden}, expert intermediate {args.intermediate}; "
-          f"copy bandwidth {bw / 1e9:.1f} GB/s (read + write); {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.1f}")
+          f"{torch.tpu.get_device_name()} ({platform}); bandwidth {bw / 1e9:.1f} GB/s ({what}, read + write); "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     per_expert = 3 * args.hidden * args.intermediate  # gate, up and down projections
 
     for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
@@ -128,11 +146,11 @@ def main():
             if "ragged_dot" in times:
                 ours = times["ragged_dot"]
                 line += " ".join(f"{times[i] / ours:8.1f}x" for i in impls if i != "ragged_dot")
-                line += f"  {ours / floor_ms:9.1f}x"
+                line += f"  {ours / floor_ms:9.1f}x  ({hit * per_expert * esize / ours / 1e6:.0f} GB/s)"
             print(line, flush=True)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     print("x/impl: that implementation's step time over ours (ragged_dot), both on tpu; ours/floor: our step "
-          "time over the bandwidth floor")
+          "time over the bandwidth floor (and the expert-weight bytes it read per second)")
 
 
 if __name__ == "__main__":

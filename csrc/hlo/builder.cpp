@@ -424,6 +424,15 @@ Value Builder::reverse(Value a, const Dims& dims) {
   return emit("stablehlo.reverse", {a}, "dimensions = " + dims_attr(dims), {a.type})[0];
 }
 
+// Products of float32 operands at full float32 precision, as torch computes them by default
+// (torch.get_float32_matmul_precision() == "highest"): DEFAULT lets a GPU compiler use TF32 and a TPU
+// one a single bfloat16 pass. Other types have one precision.
+static std::string f32_precision(const Value& a, const Value& b) {
+  auto f32 = [](ElementType t) { return t == ElementType::kF32 || t == ElementType::kC64; };
+  if (!f32(a.elem()) && !f32(b.elem())) return "";
+  return ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+}
+
 Value Builder::dot_general(Value a, Value b, const Dims& lhs_batch, const Dims& rhs_batch,
                            const Dims& lhs_contract, const Dims& rhs_contract, ElementType result) {
   Dims out;
@@ -445,7 +454,7 @@ Value Builder::dot_general(Value a, Value b, const Dims& lhs_batch, const Dims& 
   if (!lhs_contract.empty()) fields.push_back("lhs_contracting_dimensions = " + list(lhs_contract));
   if (!rhs_contract.empty()) fields.push_back("rhs_contracting_dimensions = " + list(rhs_contract));
   for (size_t i = 0; i < fields.size(); ++i) dn += (i ? ", " : "") + fields[i];
-  dn += ">";
+  dn += ">" + f32_precision(a, b);
   return emit("stablehlo.dot_general", {a, b}, dn, {Type{result, out}})[0];
 }
 
@@ -550,7 +559,8 @@ Value Builder::convolution(Value input, Value kernel, const std::string& dim_num
                       dims_attr(strides) + ", padding = " + padding_attr(padding) +
                       ", lhs_dilation = " + dims_attr(lhs_dilation) + ", rhs_dilation = " + dims_attr(rhs_dilation) +
                       ", feature_group_count = " + std::to_string(feature_groups) +
-                      " : i64, batch_group_count = " + std::to_string(batch_groups) + " : i64";
+                      " : i64, batch_group_count = " + std::to_string(batch_groups) + " : i64" +
+                      f32_precision(input, kernel);
   return emit("stablehlo.convolution", {input, kernel}, attrs, {result})[0];
 }
 

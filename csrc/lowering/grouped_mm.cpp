@@ -12,7 +12,10 @@
 // have rows (decode at larger batch sizes, prefill) and the weights come as a transposed view, a dense
 // pass does the first rows of every group in one batched dot first (dense_rows), and the loop only
 // what is left.
+#include <cstdlib>
+
 #include "lowering/helpers.h"
+#include "pjrt/session.h"
 
 namespace lowering {
 namespace {
@@ -250,6 +253,48 @@ Value ragged_contraction(Builder& b, Value a, Value y, Value offs, ElementType a
   });
 }
 
+// chlo.ragged_dot where the device's compiler takes it: the GPU and TPU plugins (XLA:CPU does not
+// compile it, see the top). TORCH_PJRT_RAGGED_DOT=native|loop chooses either, to compare them.
+bool native_ragged_dot() {
+  static const bool native = [] {
+    const char* e = std::getenv("TORCH_PJRT_RAGGED_DOT");
+    if (e && *e) return std::string(e) == "native";
+    pjrt::Session* s = pjrt::Session::get_or_null();
+    return s && s->client().platform_name() != "cpu";
+  }();
+  return native;
+}
+
+// chlo.ragged_dot(lhs, rhs, the group sizes of `offs` over lhs dim `ragged`) in the operands' type (the
+// compiler accumulates half precision in float32), then in `acc`. The group dimension of rhs is 0 when
+// the ragged dimension is not contracted (rows in groups), none when it is (result [G, ...]).
+Value chlo_ragged_dot(Builder& b, Value lhs, Value rhs, int64_t rhs_contract, bool contracted_ragged,
+                      Value offs, const Dims& result, ElementType acc) {
+  const ElementType t = rhs.elem();
+  lhs = b.convert(lhs, t);
+  const int64_t ragged = contracted_ragged ? 1 : 0;
+  auto [starts, ends] = group_bounds(b, offs, lhs.dims()[ragged]);
+  const char* p = t == ElementType::kF32 ? "HIGHEST" : "DEFAULT";  // as Builder::dot_general
+  std::string attrs = std::string("precision_config = [#chlo<precision ") + p + ">, #chlo<precision " + p +
+                      ">], ragged_dot_dimension_numbers = #chlo.ragged_dot<lhs_batching_dimensions = [], "
+                      "rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], "
+                      "rhs_contracting_dimensions = [" + std::to_string(rhs_contract) + "], "
+                      "lhs_ragged_dimensions = [" + std::to_string(ragged) + "], rhs_group_dimensions = [" +
+                      (contracted_ragged ? "" : "0") + "]>";
+  Value sizes = b.binary("subtract", ends, starts);
+  return b.convert(b.raw("chlo.ragged_dot", attrs, {lhs, rhs, sizes}, Type{t, result}), acc);
+}
+
+// ragged_rows through chlo.ragged_dot: rows past the last group are zero, as in torch's kernel.
+Value native_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType acc) {
+  const int64_t m = x.dims()[0], n = nt ? w.dims()[1] : w.dims()[2];
+  Value y = chlo_ragged_dot(b, x, w, nt ? 2 : 1, false, offs, {m, n}, acc);
+  auto [starts, ends] = group_bounds(b, offs, m);
+  Value total = reduce_sum(b, b.binary("subtract", ends, starts), {0});
+  Value in_group = b.compare(Cmp::LT, b.iota(Type{kIdx, {m}}, 0), b.broadcast_in_dim(total, {m}, {}));
+  return b.select(b.broadcast_in_dim(in_group, {m, n}, {0}), y, like(b, 0, y));
+}
+
 // _grouped_mm(self, mat2, offs, bias, out_dtype): shapes and argument checks come from
 // aten/shape_rules.cpp (torch's meta kernel takes bfloat16 only).
 Value grouped_mm(Ctx& c) {
@@ -258,15 +303,23 @@ Value grouped_mm(Ctx& c) {
   const ElementType acc = accumulation_type(c.out_type());
   Value x = c.t(0), w = c.t(1);
   const bool x2 = x.rank() == 2, w2 = w.rank() == 2;
-  if (x2 && w2) return ragged_contraction(b, x, w, c.t(2), acc);
+  const bool native = native_ragged_dot();
+  if (x2 && w2) {
+    if (native) {
+      const int64_t groups = c.t(2).dims()[0];
+      return chlo_ragged_dot(b, x, w, 0, true, c.t(2), {groups, x.dims()[0], w.dims()[1]}, acc);
+    }
+    return ragged_contraction(b, x, w, c.t(2), acc);
+  }
   if (x2) {
     // a transposed view of [G, N, K] weights (what Transformers passes): read them in storage order
     const bool nt = c.arg(1).layout == Dims{0, 2, 1};
-    return ragged_rows(b, x, nt ? b.transpose(w, {0, 2, 1}) : w, nt, c.t(2), acc);
+    return (native ? native_rows : ragged_rows)(b, x, nt ? b.transpose(w, {0, 2, 1}) : w, nt, c.t(2), acc);
   }
   if (w2) {
     // columns of mat2 in groups: (mat2^T [N,K] times self^T [G,K,M])^T, where self is self^T's nt form
-    return b.transpose(ragged_rows(b, b.transpose(w, {1, 0}), x, true, c.t(2), acc), {1, 0});
+    Value wt = b.transpose(w, {1, 0});
+    return b.transpose((native ? native_rows : ragged_rows)(b, wt, x, true, c.t(2), acc), {1, 0});
   }
   return b.dot_general(x, w, {0}, {0}, {2}, {1}, acc);
 }

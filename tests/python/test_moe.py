@@ -228,6 +228,42 @@ def test_ragged_dot_bad_input():
                                         torch.tensor([2.0, 2.0], device="tpu"))
 
 
+_NATIVE_CHILD = r"""
+import torch, torch_pjrt
+i32 = lambda *v: torch.tensor(v, dtype=torch.int32)
+cases = [(torch.randn(12, 8), torch.randn(3, 8, 4), i32(3, 7, 10)),                    # rows in groups
+         (torch.randn(12, 8), torch.randn(3, 4, 8).transpose(1, 2), i32(3, 7, 12)),    # transposed weights
+         (torch.randn(4, 12), torch.randn(12, 8), i32(4, 8, 12)),                      # contraction in groups
+         (torch.randn(3, 4, 8), torch.randn(8, 12), i32(4, 8, 12))]                    # columns in groups
+for x, w, offs in cases:
+    try:
+        got = torch._grouped_mm(x.to("tpu"), w.to("tpu"), offs.to("tpu")).cpu()
+    except RuntimeError as e:
+        print("refused", "ragged-dot" in str(e) and "_grouped_mm" in str(e))
+        continue
+    want = torch._grouped_mm(x, w, offs)
+    rows = int(offs[-1]) if x.dim() == 2 and w.dim() == 3 else want.shape[-2]
+    print("compiled", torch.allclose(got[..., :rows, :], want[..., :rows, :], atol=1e-5))
+"""
+
+
+def test_native_ragged_dot_is_well_formed():
+    """TORCH_PJRT_RAGGED_DOT=native emits chlo.ragged_dot, what the GPU and TPU plugins compile (tested on
+    an H200 by scripts/device-check.sh). XLA:CPU parses it and legalizes it to HLO's ragged-dot, then
+    refuses to compile that: the refusal (not a parse error) shows the program is well formed, in every
+    layout. (The loop lowering would compile and print "compiled"; should a later CPU plugin compile
+    chlo.ragged_dot, the child checks its results against the CPU's and this test needs its expectation
+    changed.)"""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TORCH_PJRT_RAGGED_DOT="native", TORCH_PJRT_FALLBACK="error")
+    out = subprocess.run([sys.executable, "-c", _NATIVE_CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")[:-1]
+    assert lines == ["refused True"] * 4, out.stdout + out.stderr
+
+
 def test_ragged_dot_traces_under_compile():
     torch._dynamo.reset()
     x, w, gs = torch.randn(6, 8), torch.randn(2, 8, 4), torch.tensor([2, 3], dtype=torch.int32)
