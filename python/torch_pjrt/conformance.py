@@ -266,13 +266,16 @@ def _assert_sorted_tied(got, exp, sample, indices_only):
 _REFERENCE_TESTS = {("TestCommon", "test_numpy_refs"), ("TestCommon", "test_compare_cpu")}
 
 
-def _to_double(x):
+def _to_double(x, keep_grad: bool = False):
+    """x with its floating-point tensors in float64 (detached; a leaf requiring grad where x's did and
+    `keep_grad`)."""
     if isinstance(x, torch.Tensor):
-        return x.detach().double() if x.dtype.is_floating_point else x.detach()
+        y = x.detach().double() if x.dtype.is_floating_point else x.detach()
+        return y.requires_grad_(True) if keep_grad and x.requires_grad and y.is_floating_point() else y
     if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-        return type(x)(_to_double(e) for e in x)
+        return type(x)(_to_double(e, keep_grad) for e in x)
     if isinstance(x, dict):
-        return {k: _to_double(v) for k, v in x.items()}
+        return {k: _to_double(v, keep_grad) for k, v in x.items()}
     return x
 
 
@@ -287,16 +290,21 @@ def _max_error(v, r) -> float:
     return math.inf if other.any() else (d.max().item() if d.numel() else 0.0)
 
 
-def _nearer_exact(op, sample, dtype, got, exp) -> tuple[str, bool]:
+def _nearer_exact(op, sample, dtype, got, exp, grad_seed: int | None = None) -> tuple[str, bool]:
     """For a floating-point mismatch: which side is nearer the CPU's float64 result on the same inputs (a
-    note, never used to pass), and whether it is tpu."""
+    note, never used to pass), and whether it is tpu. With `grad_seed`, got and exp are gradients (of the
+    sample numbered grad_seed), and the reference is the float64 gradient with the same cotangents."""
     if dtype not in (torch.float32, torch.bfloat16, torch.float16) or got is None:
         return "", False
     try:
-        ref = op(_to_double(sample.input), *_to_double(sample.args), **_to_double(sample.kwargs))
+        if grad_seed is None:
+            ref = op(_to_double(sample.input), *_to_double(sample.args), **_to_double(sample.kwargs))
+        else:
+            ref = _grads(op, _to_double((sample.input, sample.args, sample.kwargs), keep_grad=True), grad_seed,
+                         sample.output_process_fn_grad)
         errs = [0.0, 0.0]
         for g, e, r in zip(_tensors(got), _tensors(exp), _tensors(ref)):
-            if not r.dtype.is_floating_point or g.shape != r.shape or e.shape != r.shape:
+            if not r.dtype.is_floating_point or g.dtype == r.dtype or g.shape != r.shape or e.shape != r.shape:
                 return "", False
             for j, v in enumerate((g.detach().cpu().double(), e.detach().double())):
                 errs[j] = max(errs[j], _max_error(v, r))
@@ -380,7 +388,9 @@ def _grads(op, moved, cotangent_seed: int, process=lambda out: out):
     if not outs or not inputs:
         return None
     g = torch.Generator().manual_seed(cotangent_seed)
-    cot = [torch.randn(o.shape, generator=g, dtype=o.dtype).to(o.device) for o in outs]
+    # float64 outputs (the float64 reference of a float32 sample) take the float32 sample's cotangents
+    narrow = {torch.float64: torch.float32, torch.complex128: torch.complex64}
+    cot = [torch.randn(o.shape, generator=g, dtype=narrow.get(o.dtype, o.dtype)).to(o.device, o.dtype) for o in outs]
     return list(torch.autograd.grad(outs, inputs, cot, allow_unused=True))
 
 
@@ -497,8 +507,8 @@ def _check_op(op, dtype, limit, grad) -> Result:
         except Mismatch as e:
             note = "" if grad else _within_opinfo_tolerance(op, dtype, got if cpu_error is None else None, exp)
             nearer = False
-            if not grad and cpu_error is None and name not in TIED_INDEX_OPS:
-                more, nearer = _nearer_exact(op, s, dtype, got, exp)
+            if cpu_error is None and name not in TIED_INDEX_OPS:
+                more, nearer = _nearer_exact(op, s, dtype, got, exp, i if grad else None)
                 note += more
             return Result("mismatch", f"sample {i} {_describe(s)}: {e}{note}", compared, nearer_exact=nearer)
         except Exception as e:

@@ -96,3 +96,21 @@ def _update():
 if __name__ == "__main__":
     if "--update" in sys.argv:
         _update()
+
+
+def test_nearer_float64_for_gradients():
+    """A gradient mismatch is annotated with the side nearer the float64 gradient, computed with the same
+    cotangents: gradients rounded from the float64 ones are nearer than those 1e-3 off."""
+    op = OPS["sin"]
+    s = next(iter(op.sample_inputs("cpu", torch.float32, requires_grad=True)))
+    exact = conformance._grads(op, conformance._to_double((s.input, s.args, s.kwargs), keep_grad=True), 3)
+    assert exact[0].dtype == torch.float64
+    near = [g.float() for g in exact]
+    far = [g.float() + 1e-3 for g in exact]
+    note, nearer = conformance._nearer_exact(op, s, torch.float32, near, far, grad_seed=3)
+    assert nearer and "tpu is nearer" in note, note
+    note, nearer = conformance._nearer_exact(op, s, torch.float32, far, near, grad_seed=3)
+    assert not nearer and "the CPU is nearer" in note, note
+    # the float64 reference takes the float32 run's cotangents: the float32 gradient is within rounding
+    single = conformance._grads(op, (s.input, s.args, s.kwargs), 3)
+    torch.testing.assert_close(single[0].double(), exact[0], rtol=1e-5, atol=1e-5)
