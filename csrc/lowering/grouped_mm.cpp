@@ -303,7 +303,11 @@ Value grouped_mm(Ctx& c) {
   const ElementType acc = accumulation_type(c.out_type());
   Value x = c.t(0), w = c.t(1);
   const bool x2 = x.rank() == 2, w2 = w.rank() == 2;
-  const bool native = native_ragged_dot();
+  // empty operands take the loops' early return (zeros), not a ragged dot over zero-sized dimensions
+  bool empty = c.t(2).dims()[0] == 0;
+  for (const Value& v : {x, w})
+    for (int64_t d : v.dims()) empty |= d == 0;
+  const bool native = native_ragged_dot() && !empty;
   if (x2 && w2) {
     if (native) {
       const int64_t groups = c.t(2).dims()[0];
