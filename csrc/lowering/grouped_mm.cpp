@@ -304,7 +304,7 @@ Value grouped_mm(Ctx& c) {
   Value x = c.t(0), w = c.t(1);
   const bool x2 = x.rank() == 2, w2 = w.rank() == 2;
   // empty operands take the loops' early return (zeros), not a ragged dot over zero-sized dimensions
-  bool empty = c.t(2).dims()[0] == 0;
+  bool empty = c.has(2) && c.t(2).dims()[0] == 0;  // offs (absent for 3-d times 3-d)
   for (const Value& v : {x, w})
     for (int64_t d : v.dims()) empty |= d == 0;
   const bool native = native_ragged_dot() && !empty;
