@@ -119,7 +119,9 @@ std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::j
       return a;
     }
     TORCH_CHECK(next_tensor < tensor_ids.size(), "aten::", overload, ": more tensor arguments than value ids");
-    a.value = value(tensor_ids[next_tensor++]);
+    int id = tensor_ids[next_tensor++];
+    a.value = value(id);
+    if (id >= 0 && static_cast<size_t>(id) < layouts_.size()) a.layout = layouts_[id];  // as eager's hint
     return a;
   };
   sources.scalar = [&](pjrt::ElementType type, const c10::Scalar& v, int, int) {
@@ -176,7 +178,10 @@ hlo::Value GraphBuilder::scalar_input(pjrt::ElementType type) {
 }
 
 int GraphBuilder::read(int base, const lowering::BaseForm& form, const lowering::ViewForm& view) {
-  return add(lowering::read_view(b_, base < 0 ? hlo::Value{} : value(base), form, view));
+  int id = add(lowering::read_view(b_, base < 0 ? hlo::Value{} : value(base), form, view));
+  layouts_.resize(values_.size());
+  layouts_[id] = view.storage_order();
+  return id;
 }
 
 int GraphBuilder::write(int base, const lowering::BaseForm& form, const lowering::ViewForm& view, int src,

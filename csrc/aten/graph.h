@@ -111,6 +111,9 @@ class GraphBuilder {
   size_t num_tensor_inputs_ = 0;
   int num_scalar_inputs_ = 0;
   hlo::Value scalar_input(pjrt::ElementType type);
+  // Storage orders of the values fused eager read through views (lowering::Arg::layout: the hint rows
+  // such as _grouped_mm read transposed weights by), by id; empty for the others.
+  std::vector<hlo::Dims> layouts_;
   int add(hlo::Value v) {
     values_.push_back(v);
     return static_cast<int>(values_.size()) - 1;
