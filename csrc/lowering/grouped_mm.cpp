@@ -4,7 +4,9 @@
 // CPU kernel leaves them unwritten).
 //
 // XLA:CPU does not compile chlo.ragged_dot (xla-cpu-pjrt 0.0.1: "HLO opcode `ragged-dot` is not
-// supported by XLA:CPU ThunkEmitter"), so the lowering is a static-shape loop on the device: for each
+// supported by XLA:CPU ThunkEmitter"). There, grouped rows (the forward of an MoE layer) call
+// torch-pjrt's host kernel (kernels/ragged_dot.cpp, a custom call) when the session registered it; what
+// it does not take, and the contraction form (the weight gradient), is a static-shape loop: for each
 // group, for each tile of T rows of it, one dot with that group's weights, masked to the group's rows
 // and written into place. No host sync, no data-dependent shapes, and the weights of empty groups are
 // never read: the work follows the routing, as a ragged dot does. Half-precision weights visit the
@@ -14,6 +16,7 @@
 // what is left.
 #include <cstdlib>
 
+#include "kernels/kernels.h"
 #include "lowering/helpers.h"
 #include "pjrt/session.h"
 
@@ -253,16 +256,47 @@ Value ragged_contraction(Builder& b, Value a, Value y, Value offs, ElementType a
   });
 }
 
-// chlo.ragged_dot where the device's compiler takes it: the GPU and TPU plugins (XLA:CPU does not
-// compile it, see the top). TORCH_PJRT_RAGGED_DOT=native|loop chooses either, to compare them.
-bool native_ragged_dot() {
-  static const bool native = [] {
-    const char* e = std::getenv("TORCH_PJRT_RAGGED_DOT");
-    if (e && *e) return std::string(e) == "native";
+// How grouped products are lowered: chlo.ragged_dot where the device's compiler takes it (the GPU and
+// TPU plugins; XLA:CPU does not compile it, see the top), torch-pjrt's host kernel (a custom call, see
+// kernels/kernels.h) for grouped rows on XLA:CPU where the session registered it, the static-shape
+// loops otherwise. TORCH_PJRT_RAGGED_DOT=native|kernel|loop chooses one, to compare them.
+enum class Ragged { kNative, kKernel, kLoop };
+Ragged ragged_impl() {
+  static const Ragged impl = [] {
     pjrt::Session* s = pjrt::Session::get_or_null();
-    return s && s->client().platform_name() != "cpu";
+    const bool kernel = s && s->host_kernels();
+    const char* e = std::getenv("TORCH_PJRT_RAGGED_DOT");
+    const std::string want = e ? e : "";
+    if (want == "native") return Ragged::kNative;
+    if (want == "loop") return Ragged::kLoop;
+    if (want == "kernel") {
+      if (!kernel) throw hlo::Error("TORCH_PJRT_RAGGED_DOT=kernel: the host kernels are not registered (" +
+                                    (s ? s->host_kernels_reason() : std::string("no device")) + ")");
+      return Ragged::kKernel;
+    }
+    if (s && s->client().platform_name() != "cpu") return Ragged::kNative;
+    return kernel ? Ragged::kKernel : Ragged::kLoop;
   }();
-  return native;
+  return impl;
+}
+
+// ragged_rows through the host kernel: x in float32, the weights in their own type (float32, bfloat16
+// or float16; others take the loops), the group ends clamped to the rows; rows past the last group are
+// zero, as in torch's kernel.
+Value kernel_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType acc) {
+  const int64_t m = x.dims()[0], n = nt ? w.dims()[1] : w.dims()[2];
+  auto [starts, ends] = group_bounds(b, offs, m);
+  const std::string attrs = std::string("call_target_name = \"") +
+                            (nt ? kernels::kRaggedRowsNt : kernels::kRaggedRowsNn) +
+                            "\", api_version = 4 : i32, backend_config = {}";
+  Value y = b.raw("stablehlo.custom_call", attrs, {b.convert(x, ElementType::kF32), w, ends},
+                  Type{ElementType::kF32, {m, n}});
+  return b.convert(y, acc);
+}
+
+bool kernel_takes(Value w, ElementType acc) {
+  const ElementType t = w.elem();
+  return acc == ElementType::kF32 && (t == ElementType::kF32 || t == ElementType::kBF16 || t == ElementType::kF16);
 }
 
 // chlo.ragged_dot(lhs, rhs, the group sizes of `offs` over lhs dim `ragged`) in the operands' type (the
@@ -295,6 +329,13 @@ Value native_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType
   return b.select(b.broadcast_in_dim(in_group, {m, n}, {0}), y, like(b, 0, y));
 }
 
+// grouped rows as the chosen implementation lowers them
+Value rows_of(Builder& b, Ragged impl, Value x, Value w, bool nt, Value offs, ElementType acc) {
+  if (impl == Ragged::kNative) return native_rows(b, x, w, nt, offs, acc);
+  if (impl == Ragged::kKernel && kernel_takes(w, acc)) return kernel_rows(b, x, w, nt, offs, acc);
+  return ragged_rows(b, x, w, nt, offs, acc);
+}
+
 // _grouped_mm(self, mat2, offs, bias, out_dtype): shapes and argument checks come from
 // aten/shape_rules.cpp (torch's meta kernel takes bfloat16 only).
 Value grouped_mm(Ctx& c) {
@@ -307,7 +348,8 @@ Value grouped_mm(Ctx& c) {
   bool empty = c.has(2) && c.t(2).dims()[0] == 0;  // offs (absent for 3-d times 3-d)
   for (const Value& v : {x, w})
     for (int64_t d : v.dims()) empty |= d == 0;
-  const bool native = native_ragged_dot() && !empty;
+  const Ragged impl = empty ? Ragged::kLoop : ragged_impl();
+  const bool native = impl == Ragged::kNative;
   if (x2 && w2) {
     if (native) {
       const int64_t groups = c.t(2).dims()[0];
@@ -318,12 +360,12 @@ Value grouped_mm(Ctx& c) {
   if (x2) {
     // a transposed view of [G, N, K] weights (what Transformers passes): read them in storage order
     const bool nt = c.arg(1).layout == Dims{0, 2, 1};
-    return (native ? native_rows : ragged_rows)(b, x, nt ? b.transpose(w, {0, 2, 1}) : w, nt, c.t(2), acc);
+    return rows_of(b, impl, x, nt ? b.transpose(w, {0, 2, 1}) : w, nt, c.t(2), acc);
   }
   if (w2) {
     // columns of mat2 in groups: (mat2^T [N,K] times self^T [G,K,M])^T, where self is self^T's nt form
     Value wt = b.transpose(w, {1, 0});
-    return b.transpose((native ? native_rows : ragged_rows)(b, wt, x, true, c.t(2), acc), {1, 0});
+    return b.transpose(rows_of(b, impl, wt, x, true, c.t(2), acc), {1, 0});
   }
   return b.dot_general(x, w, {0}, {0}, {2}, {1}, acc);
 }

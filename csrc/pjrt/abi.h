@@ -130,6 +130,27 @@ enum Fn : int {
   kBufferReadyEvent = 72,
 };
 
+// Extensions hang off Api::extension_start (ExtensionBase::type).
+inline constexpr int kExtensionFfi = 5;
+
+// The FFI extension: registers typed-FFI custom-call handlers (kernels::ffi::Handler) for a platform
+// ("Host" for XLA:CPU). Its args struct has no extension_start.
+struct FfiRegisterHandlerArgs {
+  size_t struct_size;
+  const char* target_name;
+  size_t target_name_size;
+  void* handler;
+  const char* platform_name;
+  size_t platform_name_size;
+  uint32_t traits;
+};
+struct FfiExtension {
+  ExtensionBase base;
+  void* type_id_register;
+  void* user_data_add;
+  Error* (*register_handler)(FfiRegisterHandlerArgs*);
+};
+
 struct ErrorDestroyArgs {
   PJRT_ARGS_HEADER;
   Error* error;

@@ -57,6 +57,21 @@ abi::Error* Plugin::raw_call(abi::Fn fn, void* args) const {
   return table[fn](args);
 }
 
+const abi::ExtensionBase* Plugin::extension(int type) const {
+  for (const abi::ExtensionBase* e = api_->extension_start; e; e = e->next)
+    if (e->type == type) return e;
+  return nullptr;
+}
+
+void Plugin::register_ffi_handler(const std::string& target, const std::string& platform, void* handler) const {
+  auto* ffi = reinterpret_cast<const abi::FfiExtension*>(extension(abi::kExtensionFfi));
+  if (!ffi || ffi->base.struct_size < sizeof(abi::FfiExtension) || !ffi->register_handler)
+    throw pjrt::Error(Code::kUnimplemented, path_ + " cannot register custom calls (no FFI extension)");
+  abi::FfiRegisterHandlerArgs args{sizeof args, target.data(), target.size(), handler,
+                                   platform.data(), platform.size(), 0};
+  check(ffi->register_handler(&args), ("registering custom call " + target).c_str());
+}
+
 pjrt::Error Plugin::take_error(abi::Error* error, const std::string& context) const {
   abi::ErrorMessageArgs msg{};
   msg.struct_size = sizeof msg;

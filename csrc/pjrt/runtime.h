@@ -62,6 +62,12 @@ class Plugin {
   // Reads code and message of an error and frees it.
   Error take_error(abi::Error* error, const std::string& context) const;
 
+  // The extension of `type` in the plugin's chain, or nullptr.
+  const abi::ExtensionBase* extension(int type) const;
+  // Registers a typed-FFI custom-call handler for `platform`; throws Error when the plugin has no FFI
+  // extension or refuses the handler.
+  void register_ffi_handler(const std::string& target, const std::string& platform, void* handler) const;
+
   // Plugin attributes as text ("xla_version" -> "2", "stablehlo_current_version" -> "1.13.7").
   std::map<std::string, std::string> attributes() const;
 

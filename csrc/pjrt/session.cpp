@@ -1,5 +1,7 @@
 #include "pjrt/session.h"
 
+#include "kernels/kernels.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -88,6 +90,12 @@ Session* Session::get_or_null() {
       auto* s = new Session();
       s->choice_ = choice;
       s->client_ = Client::create(plugin, options);
+      if (s->client_->platform_name() != "cpu")
+        s->host_kernels_reason_ = "the device is not the host";
+      else if (env("TORCH_PJRT_HOST_KERNELS", "1") == "0")
+        s->host_kernels_reason_ = "TORCH_PJRT_HOST_KERNELS=0";
+      else
+        s->host_kernels_ = kernels::register_host_kernels(*plugin, &s->host_kernels_reason_);
       int64_t max_mb = std::atoll(env("TORCH_PJRT_CACHE_MAX_MB", "4096").c_str());
       s->programs_ = std::make_unique<ProgramCache>(*s->client_, default_cache_dir(), max_mb << 20);
       instance() = s;  // intentionally leaked: plugins must outlive every buffer and static destructor

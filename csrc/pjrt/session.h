@@ -26,12 +26,18 @@ class Session {
   const PluginChoice& choice() const { return choice_; }
   Client& client() { return *client_; }
   ProgramCache& programs() { return *programs_; }
+  // Whether torch-pjrt's host kernels (kernels/kernels.h) are registered as custom calls: XLA:CPU
+  // plugins with an FFI extension. TORCH_PJRT_HOST_KERNELS=0 leaves them out.
+  bool host_kernels() const { return host_kernels_; }
+  const std::string& host_kernels_reason() const { return host_kernels_reason_; }
 
  private:
   Session() = default;
   PluginChoice choice_;
   std::unique_ptr<Client> client_;
   std::unique_ptr<ProgramCache> programs_;
+  bool host_kernels_ = false;
+  std::string host_kernels_reason_;
 };
 
 }  // namespace pjrt

@@ -34,6 +34,8 @@ py::dict plugin_info() {
   d["api_version"] = std::to_string(plugin.api_major()) + "." + std::to_string(plugin.api_minor());
   d["platform"] = s->client().platform_name();
   d["platform_version"] = s->client().platform_version();
+  d["host_kernels"] = s->host_kernels();
+  if (!s->host_kernels()) d["host_kernels_reason"] = s->host_kernels_reason();
   py::dict attrs;
   for (const auto& [k, v] : plugin.attributes()) attrs[py::str(k)] = v;
   d["attributes"] = attrs;

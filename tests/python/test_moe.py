@@ -220,6 +220,70 @@ def test_ragged_dot_dense_pass_nonfinite():
     check(lambda a, b, o: torch._grouped_mm(a, b, offs=o)[:14], x, w, gs.cumsum(0, dtype=torch.int32), equal_nan=True)
 
 
+# ------------------------------------------------------------------------ the host kernel (XLA:CPU)
+def test_host_kernels_registered():
+    # XLA:CPU plugins with an FFI extension take torch-pjrt's host kernels (grouped rows as a custom call)
+    info = torch_pjrt.plugin_info()
+    if info["platform"] != "cpu":
+        pytest.skip("host kernels are for XLA:CPU")
+    assert info["host_kernels"] is True, info.get("host_kernels_reason")
+
+
+def host_kernel_vs_cpu(dtype, nt, rows, k, n, sizes):
+    """_grouped_mm on "tpu" against the loop it stands for on the CPU, on the same (rounded) inputs.
+    float32: sums of products round differently in any order, so the result must be as near the float64
+    result as the CPU's float32 loop is (within 2x, the same as the CPU's own spread) and within the
+    CPU's float32 tolerance scaled by sqrt(K). Half precision: computed in float32 and rounded once, as the
+    kernel does. Rows past the groups are zero."""
+    gs = torch.tensor(sizes, dtype=torch.int32)
+    x = torch.randn(rows, k).to(dtype)
+    w = torch.randn(len(sizes), n, k).to(dtype).transpose(1, 2) if nt else torch.randn(len(sizes), k, n).to(dtype)
+    wd = w.transpose(1, 2).contiguous().to("tpu").transpose(1, 2) if nt else w.to("tpu")
+    got = torch._grouped_mm(x.to("tpu"), wd, offs=gs.cumsum(0, dtype=torch.int32).to("tpu")).cpu()
+    assert got.dtype == dtype
+    cpu = ref_ragged_dot(x.float(), w.float(), gs)
+    if dtype == torch.float32:
+        exact = ref_ragged_dot(x.double(), w.double(), gs)
+        assert (got.double() - exact).abs().max() <= 2 * (cpu.double() - exact).abs().max() + 1e-7
+        torch.testing.assert_close(got, cpu, atol=1e-5 * (k / 16) ** 0.5, rtol=1.3e-6 * (k / 16) ** 0.5)
+    else:
+        torch.testing.assert_close(got, cpu.to(dtype))
+    assert (got[int(gs.sum()):] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("nt", [False, True], ids=["kn", "nk_view"])
+@pytest.mark.parametrize(
+    "rows,k,n,sizes",
+    [
+        # K and N off the vector widths, a group of 9 rows (chunks of 4, 4 and 1), empty groups, 4 rows
+        # past the groups
+        (20, 37, 45, [0, 9, 0, 2, 5]),
+        (1, 64, 48, [0, 1, 0]),  # one row
+        (7, 8, 16, [7]),  # one group, exact widths
+        (13, 300, 70, [3, 0, 4, 4, 1, 0]),  # column blocks of 16 or more with a partial last one
+        (16, 1000, 80, [5, 0, 3, 8]),  # K = 1000: several column blocks per group
+    ],
+    ids=["ragged", "one_row", "one_group", "blocks", "long"],
+)
+def test_host_kernel_grouped_rows(dtype, nt, rows, k, n, sizes):
+    host_kernel_vs_cpu(dtype, nt, rows, k, n, sizes)
+
+
+def test_loop_lowering_still_matches():
+    """The static-shape loops (dense pass, half-precision slots, the device loop) stay the lowering where
+    the host kernels are not registered: the ragged-dot tests again, with TORCH_PJRT_RAGGED_DOT=loop."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TORCH_PJRT_RAGGED_DOT="loop")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", __file__,
+           "-k", "dense_pass or half_precision_slots or matches_loop_with_gradients or host_kernel_grouped_rows"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert " passed" in out.stdout and "failed" not in out.stdout
+
+
 def test_ragged_dot_bad_input():
     with pytest.raises(RuntimeError, match="ragged_dot"):
         torch.ops.torch_pjrt.ragged_dot(torch.randn(4, 8), torch.randn(2, 6, 4), torch.tensor([2, 2], dtype=torch.int32))

@@ -1,0 +1,29 @@
+// torch-pjrt's own kernels, called from programs as typed-FFI custom calls where the device's compiler
+// has no good lowering. Torch-free, like the rest of the core.
+//
+// XLA:CPU (the xla-cpu-pjrt plugin) gets them: the plugin's FFI extension registers each handler for the
+// "Host" platform when the session starts, and a lowering row emits `stablehlo.custom_call @<target>`
+// only where Session::host_kernels() says they were registered.
+#pragma once
+
+#include <string>
+
+namespace pjrt {
+class Plugin;
+}
+
+namespace kernels {
+
+// Registers every host kernel with `plugin` (an XLA:CPU plugin). Returns false with the reason in
+// `why` when the plugin cannot take them (then rows keep their pure-StableHLO lowerings).
+bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why);
+
+// Grouped rows: y[M, N] (float32) = x[M, K] (float32) times w[g] for the rows of group g, where group g
+// is rows [min(e, end[g]), end[g]) with e the largest end of the groups before it (so groups never
+// overlap) and rows past every group are zero. ends: s32[G], each within [0, M]. w: [G, N, K] (nt: w[g]
+// is the transpose of the [K, N] factor, the storage order of a transposed view) or [G, K, N] (nn), in
+// float32, bfloat16 or float16; products accumulate in float32.
+inline constexpr const char* kRaggedRowsNt = "torch_pjrt_ragged_rows_nt";
+inline constexpr const char* kRaggedRowsNn = "torch_pjrt_ragged_rows_nn";
+
+}  // namespace kernels

@@ -1,0 +1,363 @@
+// Grouped rows on the host (see kernels.h): the ragged dot of MoE decoding, as one custom call.
+//
+// Why a kernel: XLA:CPU does not compile chlo.ragged_dot, and its own code for the static-shape
+// formulations (a loop over groups, or one batched dot over slots of every group) reads the expert
+// weights at a fraction of the memory bandwidth. A decode step of a mixture of experts is a stream over
+// the routed experts' weights with a few rows each, which is what this does: every weight row is read
+// once, straight from its storage type (bfloat16 and float16 are widened in registers), multiplied with
+// up to four rows of the group at a time, on all cores.
+//
+// Work items are (non-empty group, block of output columns); threads take them in turn. Rows of no group
+// are zero. AVX2/FMA code where the CPU has it, portable loops otherwise; both accumulate in float32.
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/ffi_abi.h"
+#include "kernels/kernels.h"
+#include "pjrt/runtime.h"
+
+namespace kernels {
+namespace {
+
+// ---- threads: the caller and helpers take items from one counter; TORCH_PJRT_KERNEL_THREADS threads in
+// all (default: one per core).
+class Pool {
+ public:
+  static Pool& get() {
+    static Pool* pool = [] {
+      const char* e = std::getenv("TORCH_PJRT_KERNEL_THREADS");
+      int threads = e && *e ? std::atoi(e) : static_cast<int>(std::thread::hardware_concurrency());
+      return new Pool(std::max(threads, 1) - 1);  // leaked: helpers run until the process ends
+    }();
+    return *pool;
+  }
+
+  // fn(i) for every i in [0, n), spread over the threads; returns when all are done.
+  void run(int64_t n, const std::function<void(int64_t)>& fn) {
+    // one job at a time; a forked child has no helpers
+    if (helpers_.empty() || n <= 1 || getpid() != pid_) {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    std::lock_guard<std::mutex> one(run_mu_);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      fn_ = &fn;
+      n_ = n;
+      next_.store(0);
+      busy_ = static_cast<int>(helpers_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    work(fn, n);
+    std::unique_lock<std::mutex> g(mu_);
+    done_.wait(g, [&] { return busy_ == 0; });
+  }
+
+ private:
+  explicit Pool(int helpers) : pid_(getpid()) {
+    for (int i = 0; i < helpers; ++i) helpers_.emplace_back([this] { loop(); });
+    for (auto& t : helpers_) t.detach();
+  }
+  void work(const std::function<void(int64_t)>& fn, int64_t n) {
+    for (int64_t i; (i = next_.fetch_add(1)) < n;) fn(i);
+  }
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int64_t)>* fn;
+      int64_t n;
+      {
+        std::unique_lock<std::mutex> g(mu_);
+        wake_.wait(g, [&] { return generation_ != seen; });
+        seen = generation_;
+        fn = fn_;
+        n = n_;
+      }
+      work(*fn, n);
+      std::lock_guard<std::mutex> g(mu_);
+      if (--busy_ == 0) done_.notify_one();
+    }
+  }
+
+  const pid_t pid_;
+  std::vector<std::thread> helpers_;
+  std::mutex run_mu_, mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  std::atomic<int64_t> next_{0};
+  int busy_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// ---- element types of the weights
+struct BF16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+
+inline float widen(float v) { return v; }
+inline float widen(BF16 v) {
+  uint32_t u = uint32_t{v.bits} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float widen(F16 v) {  // IEEE binary16 to binary32, subnormals and inf/NaN included
+  const uint32_t sign = uint32_t{v.bits & 0x8000u} << 16, exp = (v.bits >> 10) & 0x1f, man = v.bits & 0x3ff;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp) {
+    u = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (!man) {
+    u = sign;
+  } else {  // subnormal: man * 2^-24
+    float f = static_cast<float>(man) * 0x1p-24f;
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- portable loops: rows [0, R) of x (stride K) times columns [n0, n1) into y (stride N)
+template <class W>
+void nt_portable(int64_t rows, const float* x, int64_t k, const W* w, float* y, int64_t n, int64_t n0,
+                 int64_t n1) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = n0; j < n1; ++j) {
+      float s = 0;
+      for (int64_t i = 0; i < k; ++i) s += x[r * k + i] * widen(w[j * k + i]);
+      y[r * n + j] = s;
+    }
+}
+
+template <class W>
+void nn_portable(int64_t rows, const float* x, int64_t k, const W* w, float* y, int64_t n, int64_t n0,
+                 int64_t n1) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * n;
+    std::fill(yr + n0, yr + n1, 0.0f);
+    for (int64_t i = 0; i < k; ++i) {
+      const float xv = x[r * k + i];
+      for (int64_t j = n0; j < n1; ++j) yr[j] += xv * widen(w[i * n + j]);
+    }
+  }
+}
+
+// ---- AVX2/FMA (F16C for float16): taken when the CPU has them
+#define TP_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+TP_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+TP_AVX2 inline __m256 load8(const BF16* p) {
+  __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+TP_AVX2 inline __m256 load8(const F16* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+TP_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+#ifndef KROWS
+#define KROWS 4
+#endif
+#ifndef KCOLS1
+#define KCOLS1 4
+#endif
+constexpr int kRowChunk = KROWS;
+constexpr int kCols1 = KCOLS1;
+// R rows times C weight rows (columns of y) at a time, over the contiguous K: R * C accumulators.
+template <int R, int C, class W>
+TP_AVX2 void nt_tile(const float* x, int64_t k, const W* w, float* y, int64_t n, int64_t j) {
+  const int64_t k8 = k & ~int64_t{7};
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  // The tile reads C rows of K weights, one contiguous run; the next tile's run follows it. Each
+  // iteration prefetches as many bytes of that next run as it reads of its own: a hardware prefetcher
+  // stops at page boundaries (a 4 KiB row of float32 weights at K = 1024 is one page), so without this
+  // every tile would start its streams cold (1.5x slower at one row per group).
+  const char* next = reinterpret_cast<const char*>(w + (j + C) * k);
+  constexpr int kStep = C * 8 * static_cast<int>(sizeof(W));
+  for (int64_t i = 0; i < k8; i += 8) {
+    for (int b = 0; b < kStep; b += 64) _mm_prefetch(next + i / 8 * kStep + b, _MM_HINT_T0);
+    __m256 xv[R];
+    for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_ps(x + r * k + i);
+    for (int c = 0; c < C; ++c) {
+      const __m256 wv = load8(w + (j + c) * k + i);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      float s = hsum(acc[r][c]);
+      for (int64_t i = k8; i < k; ++i) s += x[r * k + i] * widen(w[(j + c) * k + i]);
+      y[r * n + j + c] = s;
+    }
+}
+
+template <int R, class W>
+TP_AVX2 void nt_avx2(const float* x, int64_t k, const W* w, float* y, int64_t n, int64_t n0, int64_t n1) {
+  constexpr int C = R == 1 ? kCols1 : R <= 2 ? 4 : 2;
+  int64_t j = n0;
+  for (; j + C <= n1; j += C) nt_tile<R, C>(x, k, w, y, n, j);
+  for (; j < n1; ++j) nt_tile<R, 1>(x, k, w, y, n, j);
+}
+
+constexpr int64_t kRowsAhead = 8;
+// R rows (1 or 2) times 32 columns at a time, over K rows of the weights (each read as 32 contiguous
+// values): 4R accumulators.
+template <int R, class W>
+TP_AVX2 void nn_avx2(const float* x, int64_t k, const W* w, float* y, int64_t n, int64_t n0, int64_t n1) {
+  constexpr int V = 4;
+  int64_t j = n0;
+  for (; j + 8 * V <= n1; j += 8 * V) {
+    __m256 acc[R][V];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k; ++i) {
+      // rows of the weights are n apart: prefetch a few rows ahead (the hardware does not, across pages)
+      _mm_prefetch(reinterpret_cast<const char*>(w + (i + kRowsAhead) * n + j), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + (i + kRowsAhead) * n + j + 16), _MM_HINT_T0);
+      __m256 wv[V];
+      for (int v = 0; v < V; ++v) wv[v] = load8(w + i * n + j + 8 * v);
+      for (int r = 0; r < R; ++r) {
+        const __m256 xb = _mm256_set1_ps(x[r * k + i]);
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(xb, wv[v], acc[r][v]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) _mm256_storeu_ps(y + r * n + j + 8 * v, acc[r][v]);
+  }
+  if (j < n1) nn_portable(R, x, k, w, y, n, j, n1);
+}
+
+const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+
+// rows [r0, r1) of one group times its weights wg, columns [n0, n1), four rows at a time
+template <class W>
+void group_block(bool nt, const float* x, int64_t k, const W* wg, float* y, int64_t n, int64_t r0, int64_t r1,
+                 int64_t n0, int64_t n1) {
+  for (int64_t r = r0; r < r1; r += kRowChunk) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRowChunk, r1 - r));
+    const float* xr = x + r * k;
+    float* yr = y + r * n;
+    if (!kHasAvx2) {
+      (nt ? nt_portable<W> : nn_portable<W>)(rows, xr, k, wg, yr, n, n0, n1);
+      continue;
+    }
+    using F = void (*)(const float*, int64_t, const W*, float*, int64_t, int64_t, int64_t);
+    static constexpr F kNt[4] = {nt_avx2<1, W>, nt_avx2<2, W>, nt_avx2<3, W>, nt_avx2<4, W>};
+    if (nt) {
+      kNt[rows - 1](xr, k, wg, yr, n, n0, n1);
+      continue;
+    }
+    for (int i = 0; i < rows; i += 2)  // two rows at a time
+      (rows - i >= 2 ? nn_avx2<2, W> : nn_avx2<1, W>)(xr + i * k, k, wg, yr + i * n, n, n0, n1);
+  }
+}
+
+template <class W>
+void ragged_rows(bool nt, const float* x, const W* w, const int32_t* ends, float* y, int64_t m, int64_t k,
+                 int64_t n, int64_t groups) {
+  struct Group {
+    int64_t g, r0, r1;
+  };
+  std::vector<Group> busy;
+  int64_t covered = 0;  // the largest end so far: groups start there at the earliest
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t e = std::clamp<int64_t>(ends[g], 0, m), s = std::min(covered, e);
+    if (s < e) busy.push_back({g, s, e});
+    covered = std::max(covered, e);
+  }
+  if (covered < m) std::memset(y + covered * n, 0, sizeof(float) * (m - covered) * n);
+  // column blocks of about 128 KiB of weights (L2-resident while the group's rows pass over them)
+  const int64_t row_bytes = std::max<int64_t>(1, k * static_cast<int64_t>(sizeof(W)));
+  const int64_t block = std::clamp<int64_t>((128 << 10) / row_bytes / 16 * 16, 16, 512);
+  const int64_t blocks = (n + block - 1) / block;
+  Pool::get().run(static_cast<int64_t>(busy.size()) * blocks, [&](int64_t item) {
+    const Group& gr = busy[item / blocks];
+    const int64_t n0 = item % blocks * block, n1 = std::min(n, n0 + block);
+    group_block(nt, x, k, w + gr.g * k * n, y, n, gr.r0, gr.r1, n0, n1);
+  });
+}
+
+// ---- the FFI handler
+ffi::Error* fail(const ffi::CallFrame* f, const std::string& message) {
+  ffi::ErrorCreateArgs a{sizeof a, nullptr, message.c_str(), ffi::kInvalidArgument};
+  return f->api->error_create(&a);
+}
+
+template <bool NT>
+ffi::Error* ragged_rows_handler(ffi::CallFrame* f) {
+  if (f->extension_start && f->extension_start->type == ffi::kExtensionMetadata) {
+    auto* meta = reinterpret_cast<ffi::MetadataExtension*>(f->extension_start)->metadata;
+    meta->api_version.major_version = ffi::kApiMajor;
+    meta->api_version.minor_version = ffi::kApiMinor;
+    return nullptr;
+  }
+  if (f->stage != ffi::kExecute) return nullptr;
+  const char* name = NT ? kRaggedRowsNt : kRaggedRowsNn;
+  if (f->args.size != 3 || f->rets.size != 1)
+    return fail(f, std::string(name) + ": expected 3 operands and 1 result");
+  for (int i = 0; i < 3; ++i)
+    if (f->args.types[i] != ffi::kArgBuffer) return fail(f, std::string(name) + ": operands must be buffers");
+  auto* x = static_cast<ffi::Buffer*>(f->args.args[0]);
+  auto* w = static_cast<ffi::Buffer*>(f->args.args[1]);
+  auto* ends = static_cast<ffi::Buffer*>(f->args.args[2]);
+  auto* y = static_cast<ffi::Buffer*>(f->rets.rets[0]);
+  if (x->rank != 2 || w->rank != 3 || ends->rank != 1 || y->rank != 2 || x->dtype != ffi::kF32 ||
+      ends->dtype != ffi::kS32 || y->dtype != ffi::kF32)
+    return fail(f, std::string(name) + ": expected x f32[M,K], w[G,..], ends s32[G], result f32[M,N]");
+  const int64_t m = x->dims[0], k = x->dims[1], groups = w->dims[0];
+  const int64_t n = NT ? w->dims[1] : w->dims[2];
+  if ((NT ? w->dims[2] : w->dims[1]) != k || ends->dims[0] != groups || y->dims[0] != m || y->dims[1] != n)
+    return fail(f, std::string(name) + ": operand shapes do not agree");
+  auto* xd = static_cast<const float*>(x->data);
+  auto* ed = static_cast<const int32_t*>(ends->data);
+  auto* yd = static_cast<float*>(y->data);
+  switch (w->dtype) {
+    case ffi::kF32: ragged_rows(NT, xd, static_cast<const float*>(w->data), ed, yd, m, k, n, groups); break;
+    case ffi::kBF16: ragged_rows(NT, xd, static_cast<const BF16*>(w->data), ed, yd, m, k, n, groups); break;
+    case ffi::kF16: ragged_rows(NT, xd, static_cast<const F16*>(w->data), ed, yd, m, k, n, groups); break;
+    default: return fail(f, std::string(name) + ": weights must be float32, bfloat16 or float16");
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
+  try {
+    plugin.register_ffi_handler(kRaggedRowsNt, "Host", reinterpret_cast<void*>(&ragged_rows_handler<true>));
+    plugin.register_ffi_handler(kRaggedRowsNn, "Host", reinterpret_cast<void*>(&ragged_rows_handler<false>));
+    return true;
+  } catch (const std::exception& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+}
+
+}  // namespace kernels
