@@ -142,9 +142,9 @@ void nt_portable(int64_t rows, const float* x, int64_t k, const W* w, float* y, 
                  int64_t n1) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = n0; j < n1; ++j) {
-      float s = 0;
-      for (int64_t i = 0; i < k; ++i) s += x[r * k + i] * widen(w[j * k + i]);
-      y[r * n + j] = s;
+      float part[8] = {};  // eight partial sums, as the vector code keeps (one long sum loses accuracy)
+      for (int64_t i = 0; i < k; ++i) part[i % 8] += x[r * k + i] * widen(w[j * k + i]);
+      y[r * n + j] = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
     }
 }
 
@@ -179,14 +179,8 @@ TP_AVX2 inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-#ifndef KROWS
-#define KROWS 4
-#endif
-#ifndef KCOLS1
-#define KCOLS1 4
-#endif
-constexpr int kRowChunk = KROWS;
-constexpr int kCols1 = KCOLS1;
+// rows of a group taken at once (their x rows stay in L1 while the weights stream past)
+constexpr int kRowChunk = 4;
 // R rows times C weight rows (columns of y) at a time, over the contiguous K: R * C accumulators.
 template <int R, int C, class W>
 TP_AVX2 void nt_tile(const float* x, int64_t k, const W* w, float* y, int64_t n, int64_t j) {
@@ -219,7 +213,7 @@ TP_AVX2 void nt_tile(const float* x, int64_t k, const W* w, float* y, int64_t n,
 
 template <int R, class W>
 TP_AVX2 void nt_avx2(const float* x, int64_t k, const W* w, float* y, int64_t n, int64_t n0, int64_t n1) {
-  constexpr int C = R == 1 ? kCols1 : R <= 2 ? 4 : 2;
+  constexpr int C = R <= 2 ? 4 : 2;
   int64_t j = n0;
   for (; j + C <= n1; j += C) nt_tile<R, C>(x, k, w, y, n, j);
   for (; j < n1; ++j) nt_tile<R, 1>(x, k, w, y, n, j);
@@ -253,8 +247,10 @@ TP_AVX2 void nn_avx2(const float* x, int64_t k, const W* w, float* y, int64_t n,
   if (j < n1) nn_portable(R, x, k, w, y, n, j, n1);
 }
 
+// TORCH_PJRT_KERNEL_PORTABLE=1 takes the portable loops everywhere (to test them on any machine)
 const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c");
+                      __builtin_cpu_supports("f16c") &&
+                      !(std::getenv("TORCH_PJRT_KERNEL_PORTABLE") && std::string(std::getenv("TORCH_PJRT_KERNEL_PORTABLE")) == "1");
 
 // rows [r0, r1) of one group times its weights wg, columns [n0, n1), four rows at a time
 template <class W>
