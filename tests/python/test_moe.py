@@ -234,7 +234,8 @@ def host_kernel_vs_cpu(dtype, nt, rows, k, n, sizes):
     float32: sums of products round differently in any order, so the result must be as near the float64
     result as the CPU's float32 loop is (within 2x, the same as the CPU's own spread) and within the
     CPU's float32 tolerance scaled by sqrt(K). Half precision: computed in float32 and rounded once, as the
-    kernel does. Rows past the groups are zero."""
+    kernel does, within the dtype's tolerance and the float32 sums' absolute one. Rows past the groups are
+    zero."""
     gs = torch.tensor(sizes, dtype=torch.int32)
     x = torch.randn(rows, k).to(dtype)
     w = torch.randn(len(sizes), n, k).to(dtype).transpose(1, 2) if nt else torch.randn(len(sizes), k, n).to(dtype)
@@ -247,8 +248,9 @@ def host_kernel_vs_cpu(dtype, nt, rows, k, n, sizes):
         ulp = 2.0**-23 * exact.abs().max()  # one rounding of the largest result: the CPU may be exact by luck
         assert (got.double() - exact).abs().max() <= 2 * (cpu.double() - exact).abs().max() + ulp
         torch.testing.assert_close(got, cpu, atol=1e-5 * (k / 16) ** 0.5, rtol=1.3e-6 * (k / 16) ** 0.5)
-    else:
-        torch.testing.assert_close(got, cpu.to(dtype))
+    else:  # rounded once from float32 sums, whose own rounding (in any order) shows where they cancel
+        rtol = 1e-3 if dtype == torch.float16 else 1.6e-2  # the dtype's default
+        torch.testing.assert_close(got, cpu.to(dtype), atol=1e-5 * (k / 16) ** 0.5, rtol=rtol)
     assert (got[int(gs.sum()):] == 0).all()
 
 
