@@ -19,8 +19,9 @@ namespace kernels {
 bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why);
 
 // Grouped rows: y[M, N] (float32) = x[M, K] (float32) times w[g] for the rows of group g, where group g
-// is rows [min(e, end[g]), end[g]) with e the largest end of the groups before it (so groups never
-// overlap) and rows past every group are zero. ends: s32[G], each within [0, M]. w: [G, N, K] (nt: w[g]
+// is rows [end[g-1], end[g]) (group 0 from row 0; empty where end[g-1] >= end[g]; a later group writes
+// the rows it shares with an earlier one, as torch's CPU kernel does) and rows of no group are zero.
+// ends: s32[G], each within [0, M]. w: [G, N, K] (nt: w[g]
 // is the transpose of the [K, N] factor, the storage order of a transposed view) or [G, K, N] (nn), in
 // float32, bfloat16 or float16; products accumulate in float32.
 inline constexpr const char* kRaggedRowsNt = "torch_pjrt_ragged_rows_nt";

@@ -278,23 +278,32 @@ void group_block(bool nt, const float* x, int64_t k, const W* wg, float* y, int6
 template <class W>
 void ragged_rows(bool nt, const float* x, const W* w, const int32_t* ends, float* y, int64_t m, int64_t k,
                  int64_t n, int64_t groups) {
-  struct Group {
+  // Group g is rows [end[g-1], end[g]) (group 0 from row 0), empty where end[g-1] >= end[g]; where
+  // groups overlap (offsets that decrease), the later one writes the row, as torch's CPU kernel does.
+  // Runs of rows with the same group are the work; rows of no group are zero.
+  std::vector<int32_t> owner(m, -1);
+  for (int64_t g = 0, prev = 0; g < groups; ++g) {
+    const int64_t e = std::clamp<int64_t>(ends[g], 0, m);
+    for (int64_t r = prev; r < e; ++r) owner[r] = static_cast<int32_t>(g);
+    prev = e;
+  }
+  struct Run {
     int64_t g, r0, r1;
   };
-  std::vector<Group> busy;
-  int64_t covered = 0;  // the largest end so far: groups start there at the earliest
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t e = std::clamp<int64_t>(ends[g], 0, m), s = std::min(covered, e);
-    if (s < e) busy.push_back({g, s, e});
-    covered = std::max(covered, e);
+  std::vector<Run> busy;
+  for (int64_t r = 0; r < m;) {
+    int64_t e = r + 1;
+    while (e < m && owner[e] == owner[r]) ++e;
+    if (owner[r] >= 0) busy.push_back({owner[r], r, e});
+    else std::memset(y + r * n, 0, sizeof(float) * (e - r) * n);
+    r = e;
   }
-  if (covered < m) std::memset(y + covered * n, 0, sizeof(float) * (m - covered) * n);
   // column blocks of about 128 KiB of weights (L2-resident while the group's rows pass over them)
   const int64_t row_bytes = std::max<int64_t>(1, k * static_cast<int64_t>(sizeof(W)));
   const int64_t block = std::clamp<int64_t>((128 << 10) / row_bytes / 16 * 16, 16, 512);
   const int64_t blocks = (n + block - 1) / block;
   Pool::get().run(static_cast<int64_t>(busy.size()) * blocks, [&](int64_t item) {
-    const Group& gr = busy[item / blocks];
+    const Run& gr = busy[item / blocks];
     const int64_t n0 = item % blocks * block, n1 = std::min(n, n0 + block);
     group_block(nt, x, k, w + gr.g * k * n, y, n, gr.r0, gr.r1, n0, n1);
   });

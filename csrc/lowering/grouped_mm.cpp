@@ -146,14 +146,17 @@ Value dense_rows(Builder& b, Value x, Value w, Value starts, Value ends, int64_t
   slot_row = b.clamp(idx(b, 0), slot_row, idx(b, m - 1));
   Value xg = b.reshape(b.convert(take_rows(b, x, b.reshape(slot_row, {groups * cap})), w.elem()), {groups, cap, k});
   Value y = b.dot_general(w, xg, {0}, {0}, {2}, {2}, acc);  // [G, N, cap]
-  // row r's group: the number of groups ending at or before it (G for rows past the last group), and
-  // its place in the group
+  // row r's group: the last group whose rows hold it (-1 for rows of no group; with offsets that
+  // decrease, groups overlap and the later one writes, as in the loops and torch's kernel), and its
+  // place in the group
   const Type rg{kIdx, {m, groups}};
-  Value done = b.compare(Cmp::LE, b.broadcast_in_dim(ends, rg.dims, {1}), b.iota(rg, 0));
-  Value g = reduce_sum(b, b.convert(done, kIdx), {1});
-  Value gc = min(b, g, b.constant_i(groups - 1, g.type));
+  Value row = b.iota(rg, 0);
+  Value holds = b.binary("and", b.compare(Cmp::LE, b.broadcast_in_dim(starts, rg.dims, {1}), row),
+                         b.compare(Cmp::LT, row, b.broadcast_in_dim(ends, rg.dims, {1})));
+  Value g = reduce(b, b.select(holds, b.iota(rg, 1), b.constant_i(-1, rg)), {1}, "maximum", idx(b, -1));
+  Value gc = max(b, g, b.constant_i(0, g.type));
   Value pos = b.binary("subtract", b.iota(g.type, 0), b.gather(starts, gc, hlo::GatherDims{{}, {0}, {0}, 1}, {1}, {m}));
-  Value valid = b.binary("and", b.compare(Cmp::LT, g, b.constant_i(groups, g.type)),
+  Value valid = b.binary("and", b.compare(Cmp::GE, g, b.constant_i(0, g.type)),
                          b.compare(Cmp::LT, pos, b.constant_i(cap, pos.type)));
   pos = b.clamp(idx(b, 0), pos, idx(b, cap - 1));
   Value at_gc = b.concatenate({b.reshape(gc, {m, 1}), b.reshape(pos, {m, 1})}, 1);

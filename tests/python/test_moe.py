@@ -273,15 +273,31 @@ def test_host_kernel_grouped_rows(dtype, nt, rows, k, n, sizes):
     host_kernel_vs_cpu(dtype, nt, rows, k, n, sizes)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "rows,offs",
+    [(5, [4, 2, 5]), (24, [5, 3, 22])],  # loop lowering: the device loop (float32), the dense pass (24 rows)
+    ids=["few_rows", "dense"],
+)
+def test_grouped_mm_decreasing_offsets(dtype, rows, offs):
+    # offsets that decrease: group 1 is empty and group 2 starts at offs[1], taking back rows of group 0,
+    # as torch's CPU kernel writes them (the later group last)
+    x = torch.randn(rows, 16).to(dtype)
+    w = torch.randn(3, 16, 16).to(dtype).transpose(1, 2)
+    offs = torch.tensor(offs, dtype=torch.int32)
+    check(lambda a, b, o: torch._grouped_mm(a, b, offs=o)[: int(o[-1])], x, w, offs)
+
+
 @pytest.mark.parametrize(
     "env,tests",
     [
         # the static-shape loops (dense pass, half-precision slots, the device loop) stay the lowering where
         # the host kernels are not registered
         ({"TORCH_PJRT_RAGGED_DOT": "loop"},
-         "dense_pass or half_precision_slots or matches_loop_with_gradients or host_kernel_grouped_rows"),
+         "dense_pass or half_precision_slots or matches_loop_with_gradients or host_kernel_grouped_rows"
+         " or decreasing_offsets"),
         # the kernel's portable loops (CPUs without AVX2/FMA/F16C)
-        ({"TORCH_PJRT_KERNEL_PORTABLE": "1"}, "host_kernel_grouped_rows or dense_pass"),
+        ({"TORCH_PJRT_KERNEL_PORTABLE": "1"}, "host_kernel_grouped_rows or dense_pass or decreasing_offsets"),
     ],
     ids=["loop_lowering", "portable_kernel"],
 )
