@@ -20,8 +20,8 @@ std::pair<Value, Value> grid_pad(Builder& b, Value x, Value d, int64_t size, int
 std::pair<Value, Value> grid_coord(Builder& b, Value g, int64_t size, int64_t padding, bool align) {
   Value one_ = like(b, 1, g);
   double scale = align ? static_cast<double>(static_cast<float>(size - 1) / 2) : static_cast<double>(static_cast<float>(size) / 2);
-  Value x = mul(b, add(b, g, one_), like(b, scale, g));
-  if (!align) x = sub(b, x, like(b, 0.5, g));
+  // (g + 1) * scale - 0.5 is one fused multiply-add in the CPU's vectorized kernel
+  Value x = align ? mul(b, add(b, g, one_), like(b, scale, g)) : fused_mul_add(b, add(b, g, one_), like(b, scale, g), like(b, -0.5, g));
   return grid_pad(b, x, like(b, scale, g), size, padding, align);
 }
 
@@ -44,7 +44,7 @@ std::pair<Value, Value> grid_pad(Builder& b, Value x, Value d, int64_t size, int
     Value tw = like(b, twice, a);
     Value flips = div(b, a, tw);
     flips = b.select(b.compare(Cmp::LT, flips, zero), b.unary("ceil", flips), b.unary("floor", flips));
-    Value extra = sub(b, a, mul(b, flips, tw));
+    Value extra = fused_mul_add(b, b.unary("negate", flips), tw, a);  // a - flips * tw, rounded once
     Value back = sub(b, tw, extra);
     Value forward = b.compare(Cmp::LE, extra, back);
     Value rv = add(b, b.select(forward, extra, back), like(b, low, extra));
@@ -122,6 +122,15 @@ std::vector<Corner> grid_corners(Builder& b, const GridSample& s) {
 
 hlo::GatherDims grid_gather_dims() { return hlo::GatherDims{{2}, {0, 1}, {0, 1}, 2}; }
 
+// nw * v_nw + ne * v_ne + sw * v_sw + se * v_se rounded as the CPU's compiled kernel rounds it: its
+// compiler contracts each product after the first into a fused multiply-add with the sum before it
+// (found by matching the CPU's results bit for bit).
+Value corner_sum(Builder& b, const V& vals, const V& weights) {
+  Value out = mul(b, vals[0], weights[0]);
+  for (size_t i = 1; i < vals.size(); ++i) out = fused_mul_add(b, vals[i], weights[i], out);
+  return out;
+}
+
 // The CPU's cubic convolution coefficients (A = -0.75) of the fractional offsets t.
 std::vector<Value> cubic_coefficients(Builder& b, Value t) {
   auto k = [&](double v) { return like(b, v, t); };
@@ -171,14 +180,14 @@ Value grid_sampler_2d(Ctx& c) {
   GridSample s = grid_setup(b, in, grid, c.i(2), c.i(3), c.i(4) != 0);
   Value src = b.reshape(b.transpose(in, {0, 2, 3, 1}), {s.N, s.H * s.W, s.C});
   Dims vd{s.N, s.L, s.C};
-  Value out;
+  V vals, weights;
   for (const Corner& cr : grid_corners(b, s)) {
     auto [idx, ok] = grid_where(b, s, cr.ix, cr.iy);
     Value v = b.gather(src, idx, grid_gather_dims(), {1, 1, s.C}, vd);
-    v = b.select(b.broadcast_in_dim(ok, vd, {0, 1}), v, b.constant(0, Type{t, vd}));
-    if (cr.w.valid()) v = mul(b, v, b.broadcast_in_dim(cr.w, vd, {0, 1}));
-    out = out.valid() ? add(b, out, v) : v;
+    vals.push_back(b.select(b.broadcast_in_dim(ok, vd, {0, 1}), v, b.constant(0, Type{t, vd})));
+    if (cr.w.valid()) weights.push_back(b.broadcast_in_dim(cr.w, vd, {0, 1}));
   }
+  Value out = weights.empty() ? vals[0] : corner_sum(b, vals, weights);
   return b.reshape(b.transpose(out, {0, 2, 1}), c.out_dims());  // [N, C, L] -> [N, C, OH, OW]
 }
 

@@ -286,6 +286,13 @@ Value scatter_add_axis(Builder& b, Value acc, int64_t axis, const std::vector<in
   });
 }
 
+Value fused_mul_add(Builder& b, Value x, Value y, Value z) {
+  if (x.elem() != ElementType::kF32) return add(b, mul(b, x, y), z);
+  constexpr ElementType f64 = ElementType::kF64;
+  Value r = add(b, mul(b, b.convert(x, f64), b.convert(y, f64)), b.convert(z, f64));
+  return b.convert(r, ElementType::kF32);
+}
+
 Value add_alpha(Ctx& c, size_t a, size_t b, size_t alpha, double sign) {
   Value x = operand(c, a), y = operand(c, b);
   ElementType t = c.out_type();

@@ -63,6 +63,10 @@ inline Value add(Builder& b, Value x, Value y) { return b.binary("add", x, y); }
 inline Value sub(Builder& b, Value x, Value y) { return b.binary("subtract", x, y); }
 inline Value mul(Builder& b, Value x, Value y) { return b.binary("multiply", x, y); }
 inline Value div(Builder& b, Value x, Value y) { return b.binary("divide", x, y); }
+// x * y + z rounded once, as a CPU kernel compiled with FMA contraction computes it. float32 goes through
+// float64, where the product is exact, so it differs from a true fused multiply-add only where rounding
+// twice does (rarer than 1 in 2^29); other types round twice.
+Value fused_mul_add(Builder& b, Value x, Value y, Value z);
 // A value XLA must not treat as a constant: it rewrites x / c with a constant c into x * (1 / c), which
 // is not the correctly rounded quotient the CPU computes (linspace's (1 - 50) / 49 became -0.99999...).
 inline Value opaque(Builder& b, Value v) { return b.unary("optimization_barrier", v); }
