@@ -570,6 +570,12 @@ std::pair<Value, Value> Builder::rng_bit_generator(Value state, const Type& bits
   return {out[0], out[1]};
 }
 
+std::vector<Value> Builder::custom_call(const std::string& target, const std::vector<Value>& operands,
+                                        const std::vector<Type>& results) {
+  return emit("stablehlo.custom_call", operands,
+              "call_target_name = \"" + target + "\", api_version = 4 : i32, backend_config = {}", results);
+}
+
 Value Builder::raw(const std::string& op, const std::string& attrs, const std::vector<Value>& operands,
                    const Type& result) {
   return emit(op, operands, attrs, {result})[0];

@@ -117,6 +117,10 @@ class Builder {
   Value raw(const std::string& op_and_operands, const std::string& attrs,
             const std::vector<Value>& operands, const Type& result);
 
+  // stablehlo.custom_call of a typed-FFI handler (api_version 4) with one or more results.
+  std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
+                                 const std::vector<Type>& results);
+
   std::string name(const Value& v) const;
 
  private:

@@ -27,4 +27,11 @@ bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why);
 inline constexpr const char* kRaggedRowsNt = "torch_pjrt_ragged_rows_nt";
 inline constexpr const char* kRaggedRowsNn = "torch_pjrt_ragged_rows_nn";
 
+// Sorted prefix: the first k (values f32[R, k], indices s64[R, k]) of each row of x f32[R, N] sorted
+// stably, in descending (NaN first, as torch's topk and sort order NaN above every number) or ascending
+// (NaN last) order; k is the results' width. Equal values keep their order, so the result is the stable
+// sort's, as the StableHLO sort lowering gives.
+inline constexpr const char* kSortedPrefixDescending = "torch_pjrt_sorted_prefix_desc";
+inline constexpr const char* kSortedPrefixAscending = "torch_pjrt_sorted_prefix_asc";
+
 }  // namespace kernels

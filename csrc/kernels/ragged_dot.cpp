@@ -23,9 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/ffi_abi.h"
+#include "kernels/handlers.h"
 #include "kernels/kernels.h"
-#include "pjrt/runtime.h"
 
 namespace kernels {
 namespace {
@@ -310,20 +309,9 @@ void ragged_rows(bool nt, const float* x, const W* w, const int32_t* ends, float
 }
 
 // ---- the FFI handler
-ffi::Error* fail(const ffi::CallFrame* f, const std::string& message) {
-  ffi::ErrorCreateArgs a{sizeof a, nullptr, message.c_str(), ffi::kInvalidArgument};
-  return f->api->error_create(&a);
-}
-
 template <bool NT>
 ffi::Error* ragged_rows_handler(ffi::CallFrame* f) {
-  if (f->extension_start && f->extension_start->type == ffi::kExtensionMetadata) {
-    auto* meta = reinterpret_cast<ffi::MetadataExtension*>(f->extension_start)->metadata;
-    meta->api_version.major_version = ffi::kApiMajor;
-    meta->api_version.minor_version = ffi::kApiMinor;
-    return nullptr;
-  }
-  if (f->stage != ffi::kExecute) return nullptr;
+  if (!executing(f)) return nullptr;
   const char* name = NT ? kRaggedRowsNt : kRaggedRowsNn;
   if (f->args.size != 3 || f->rets.size != 1)
     return fail(f, std::string(name) + ": expected 3 operands and 1 result");
@@ -354,15 +342,7 @@ ffi::Error* ragged_rows_handler(ffi::CallFrame* f) {
 
 }  // namespace
 
-bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
-  try {
-    plugin.register_ffi_handler(kRaggedRowsNt, "Host", reinterpret_cast<void*>(&ragged_rows_handler<true>));
-    plugin.register_ffi_handler(kRaggedRowsNn, "Host", reinterpret_cast<void*>(&ragged_rows_handler<false>));
-    return true;
-  } catch (const std::exception& e) {
-    if (why) *why = e.what();
-    return false;
-  }
-}
+ffi::Error* ragged_rows_nt(ffi::CallFrame* f) { return ragged_rows_handler<true>(f); }
+ffi::Error* ragged_rows_nn(ffi::CallFrame* f) { return ragged_rows_handler<false>(f); }
 
 }  // namespace kernels

@@ -270,7 +270,7 @@ Value grid_sampler_3d(Ctx& c) {
   Value g = b.reshape(grid, {N, L, 3});
   Value lo[3], hi[3], coord[3];
   for (int a = 0; a < 3; ++a) {
-    coord[a] = grid_coord_3d(b, b.reshape(b.slice(g, {0, 0, a}, {N, L, a + 1}, {1, 1, 1}), {N, L}), size[a], c.i(3), c.i(4) != 0);
+    coord[a] = grid_coord_3d(b, b.reshape(b.slice(g, {0, 0, a}, {N, L, a + 1}, {1, 1, 1}), {N, L}), size[a], padding, c.i(4) != 0);
     lo[a] = b.unary(mode == 1 ? "round_nearest_even" : "floor", coord[a]);
     hi[a] = add(b, lo[a], like(b, 1, lo[a]));
   }

@@ -267,7 +267,7 @@ enum class Ragged { kNative, kKernel, kLoop };
 Ragged ragged_impl() {
   static const Ragged impl = [] {
     pjrt::Session* s = pjrt::Session::get_or_null();
-    const bool kernel = s && s->host_kernels();
+    const bool kernel = host_kernels();
     const char* e = std::getenv("TORCH_PJRT_RAGGED_DOT");
     const std::string want = e ? e : "";
     if (want == "native") return Ragged::kNative;
@@ -288,12 +288,9 @@ Ragged ragged_impl() {
 // zero, as in torch's kernel.
 Value kernel_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType acc) {
   const int64_t m = x.dims()[0], n = nt ? w.dims()[1] : w.dims()[2];
-  auto [starts, ends] = group_bounds(b, offs, m);
-  const std::string attrs = std::string("call_target_name = \"") +
-                            (nt ? kernels::kRaggedRowsNt : kernels::kRaggedRowsNn) +
-                            "\", api_version = 4 : i32, backend_config = {}";
-  Value y = b.raw("stablehlo.custom_call", attrs, {b.convert(x, ElementType::kF32), w, ends},
-                  Type{ElementType::kF32, {m, n}});
+  Value ends = group_bounds(b, offs, m).second;
+  Value y = b.custom_call(nt ? kernels::kRaggedRowsNt : kernels::kRaggedRowsNn, {b.convert(x, ElementType::kF32), w, ends},
+                          {Type{ElementType::kF32, {m, n}}})[0];
   return b.convert(y, acc);
 }
 

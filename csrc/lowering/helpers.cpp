@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "pjrt/session.h"
+
 namespace lowering {
 namespace {
 
@@ -284,6 +286,11 @@ Value scatter_add_axis(Builder& b, Value acc, int64_t axis, const std::vector<in
   return b.scatter(acc, b.reshape(const_i64(b, idx), {n, 1}), upd, s, [](Builder& bb, const std::vector<Value>& a) {
     return std::vector<Value>{bb.binary("add", a[0], a[1])};
   });
+}
+
+bool host_kernels() {
+  pjrt::Session* s = pjrt::Session::get_or_null();
+  return s && s->host_kernels();
 }
 
 Value fused_mul_add(Builder& b, Value x, Value y, Value z) {

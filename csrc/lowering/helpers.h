@@ -77,6 +77,10 @@ inline Value isnan(Builder& b, Value x) { return b.compare(hlo::Cmp::NE, x, x); 
 Value is_inf(Builder& b, Value x);     // |x| == inf
 Value is_finite(Builder& b, Value x);  // |x| < inf (false for NaN)
 
+// Whether the session registered torch-pjrt's host kernels (kernels/kernels.h: XLA:CPU, unless
+// TORCH_PJRT_HOST_KERNELS=0), so that a row may emit their custom calls.
+bool host_kernels();
+
 // Argument k converted to the accumulation type of the output and broadcast to the output's shape.
 inline Value up(Ctx& c, size_t k) { return operand(c, k, accumulation_type(c.out_type()), c.out_dims()); }
 // Pointwise arithmetic the pointwise and _foreach_ rows share, with the CPU kernels' order and rounding:

@@ -9,6 +9,7 @@
 // mask and a one-element value (x[mask] = v), which is a select.
 #include <limits>
 
+#include "kernels/kernels.h"
 #include "lowering/helpers.h"
 
 namespace lowering {
@@ -519,13 +520,44 @@ std::pair<Value, Value> sort_dim(Builder& b, Value x, int64_t dim, bool descendi
   return {r[0], r[1]};
 }
 
+// The first k along dim of x sorted stably, as (values, s64 indices). Float rows go through the host
+// kernel where the session registered it (kernels.h: one custom call, where XLA:CPU's sort calls a
+// comparator per comparison), the StableHLO sort otherwise; both give the stable sort's order.
+std::pair<Value, Value> sorted_prefix(Builder& b, Value x, int64_t dim, bool descending, int64_t k) {
+  const ElementType t = x.elem();
+  if (host_kernels() && (t == ElementType::kF32 || t == ElementType::kBF16 || t == ElementType::kF16)) {
+    const int64_t r = x.rank(), n = x.dims()[dim];
+    Dims perm, inv(r);  // dim last, and back
+    for (int64_t d = 0; d < r; ++d)
+      if (d != dim) perm.push_back(d);
+    perm.push_back(dim);
+    for (int64_t d = 0; d < r; ++d) inv[perm[d]] = d;
+    Value xt = b.transpose(x, perm);
+    Dims lead = xt.dims();
+    lead.pop_back();
+    const int64_t rows = numel(lead);
+    Value rows_x = b.reshape(b.convert(xt, ElementType::kF32), {rows, n});
+    V res = b.custom_call(descending ? kernels::kSortedPrefixDescending : kernels::kSortedPrefixAscending, {rows_x},
+                          {Type{ElementType::kF32, {rows, k}}, Type{ElementType::kS64, {rows, k}}});
+    Dims out = lead;
+    out.push_back(k);
+    auto back = [&](Value v) { return b.transpose(b.reshape(v, out), inv); };
+    return {back(b.convert(res[0], t)), back(res[1])};
+  }
+  auto [v, i] = sort_dim(b, x, dim, descending);
+  if (k == x.dims()[dim]) return {v, i};
+  Dims start(x.rank(), 0), limit = x.dims(), ones(x.rank(), 1);
+  limit[dim] = k;
+  return {b.slice(v, start, limit, ones), b.slice(i, start, limit, ones)};
+}
+
 V sort_row(Ctx& c, size_t dim_k, size_t desc_k) {
   Value x = c.t(0);
   if (x.rank() == 0) return V{x, c.b.constant_i(0, c.out(1))};
   int64_t dim = wrap_dim(c.has(dim_k) ? c.i(dim_k) : -1, x.rank());
   bool desc = c.has(desc_k) && c.i(desc_k);
   if (x.type.numel() == 0) return V{x, c.b.constant_i(0, c.out(1))};
-  auto [v, i] = sort_dim(c.b, x, dim, desc);
+  auto [v, i] = sorted_prefix(c.b, x, dim, desc, x.dims()[dim]);
   return V{v, i};
 }
 
@@ -537,10 +569,8 @@ V topk(Ctx& c) {
   int64_t dim = wrap_dim(c.has(2) ? c.i(2) : -1, x.rank());
   bool largest = !c.has(3) || c.i(3);
   if (numel(c.out_dims(0)) == 0) return V{b.constant(0, c.out(0)), b.constant_i(0, c.out(1))};
-  auto [v, i] = sort_dim(b, x, dim, largest);
-  Dims start(x.rank(), 0), limit = x.dims(), ones(x.rank(), 1);
-  limit[dim] = k;
-  return V{b.slice(v, start, limit, ones), b.slice(i, start, limit, ones)};
+  auto [v, i] = sorted_prefix(b, x, dim, largest, k);
+  return V{v, i};
 }
 
 // self.flatten()[index] (take) and its scatter (put): indices address the flattened self.

@@ -7,6 +7,7 @@ drop), so they are not part of the contract tested here.
 
 import pytest
 import torch
+import torch_pjrt
 
 from compare import check, to_device
 
@@ -523,6 +524,65 @@ def test_topk_nan_and_grad():
         return v, i
 
     check(out_variant, distinct((2, 6)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_sort_and_topk_of_router_rows(dtype):
+    # an MoE router's top-8 of 128 experts per token, and full sorts of long rows: through the host kernel
+    # on XLA:CPU (one custom call), against the CPU
+    g = torch.Generator().manual_seed(2)
+    # values distinct within a row (exact in every dtype), so the indices are unambiguous
+    probs = torch.stack([torch.randperm(128, generator=g) + 1 for _ in range(64)]).to(dtype) / 256
+    n = 1000 if dtype == torch.float32 else 250
+    rows = torch.stack([torch.randperm(n, generator=g) for _ in range(4)]).to(dtype)
+    check(lambda p: torch.topk(p, 8, dim=-1), probs)
+    for largest in (True, False):
+        check(lambda r: torch.topk(r, 17, dim=1, largest=largest, sorted=True)[0], rows)
+    check(lambda r: torch.sort(r, dim=0, descending=True, stable=True), rows)
+
+
+_SORT_CHILD = r"""
+import sys, torch, torch_pjrt
+g = torch.Generator().manual_seed(4)
+out = []
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    x = torch.randn(6, 9, 40, generator=g).to(dtype)
+    flat = x.view(-1)
+    flat[::5] = float("nan"); flat[1::7] = 0.0; flat[2::7] = -0.0; flat[3::11] = 1.0  # NaN, signed zeros, ties
+    x = x.to("tpu")
+    for dim in (0, 1, 2):
+        for flag in (True, False):
+            for v, i in (torch.topk(x, 4, dim=dim, largest=flag), torch.sort(x, dim=dim, descending=flag, stable=True)):
+                out += [v.cpu(), i.cpu()]
+torch.save(out, sys.argv[1])
+"""
+
+
+def test_sort_kernel_as_the_sort_lowering(tmp_path):
+    # sort and topk through the host kernel give exactly what the StableHLO sort gives (ties in index
+    # order, NaN above every number, -0.0 kept), on rows with NaN, signed zeros and ties
+    import os
+    import subprocess
+    import sys
+
+    if not torch_pjrt.plugin_info().get("host_kernels"):
+        pytest.skip("no host kernels on this plugin")
+    res = {}
+    for kernels in ("1", "0"):
+        path = tmp_path / f"sorted_{kernels}.pt"
+        env = dict(os.environ, TORCH_PJRT_HOST_KERNELS=kernels)
+        run = subprocess.run([sys.executable, "-c", _SORT_CHILD, str(path)], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        res[kernels] = torch.load(path)
+    assert len(res["1"]) == len(res["0"]) == 72
+    for a, b in zip(res["1"], res["0"]):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        if a.is_floating_point():
+            assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.signbit(), b.signbit())
+            assert torch.equal(a.nan_to_num(), b.nan_to_num())
+        else:
+            assert torch.equal(a, b)
 
 
 # --------------------------------------------------------------------------------------- factories
