@@ -533,6 +533,20 @@ std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, 
   return emit("stablehlo.sort", inputs, attrs, results, {r});
 }
 
+std::vector<Value> Builder::case_of(Value index, const std::vector<Body>& branches, const std::vector<Type>& results) {
+  require(index.type == Type{ElementType::kS32, {}}, "case: the index must be one 0-d s32");
+  std::vector<std::string> regions;
+  for (const Body& branch : branches)
+    regions.push_back(region({}, [&](Builder& b, const std::vector<Value>& none) {
+      std::vector<Value> r = branch(b, none);
+      require(r.size() == results.size(), "case: a branch returns another number of results");
+      for (size_t i = 0; i < r.size(); ++i)
+        require(r[i].type == results[i], "case: branch result " + std::to_string(i) + " has type " + r[i].type.str());
+      return r;
+    }));
+  return emit("stablehlo.case", {index}, "", results, regions);
+}
+
 std::vector<Value> Builder::while_loop(const std::vector<Value>& init, const Body& cond, const Body& body) {
   std::vector<Type> types;
   for (const auto& v : init) types.push_back(v.type);
