@@ -571,6 +571,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, b
   return unique_runs(sorted, order, return_inverse, return_counts, self.sizes());
 }
 
+// _unique (the older overload autograd's formulas call): unique2 without counts.
+std::tuple<at::Tensor, at::Tensor> unique1(const at::Tensor& self, bool sorted, bool return_inverse) {
+  auto [values, inverse, counts] = unique2(self, sorted, return_inverse, false);
+  return {values, inverse};
+}
+
 // Unique slices along `dim` (dim moved first, slices flattened), sorted lexicographically as the CPU's
 // kernel sorts them (stable sorts by each column, last column first), or only consecutive runs.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_slices(const at::Tensor& self, int64_t dim, bool sorted,
@@ -684,6 +690,7 @@ void register_aten_kernels() {
   m.impl("linspace.out", linspace_out);
   m.impl("logspace.out", logspace_out);
   m.impl("bincount", bincount);
+  m.impl("_unique", unique1);
   m.impl("_unique2", unique2);
   m.impl("unique_consecutive", unique_consecutive);
   m.impl("unique_dim", unique_dim);

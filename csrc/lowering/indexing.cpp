@@ -153,6 +153,7 @@ Value scatter_row(Ctx& c, Value src, const std::string& reduce) {
     index = as_vector(c.b, index);
     src = as_vector(c.b, src);
   }
+  if (index.type.numel() == 0) return c.b.reshape(self, c.out_dims());  // nothing to write (any index rank)
   if (index.rank() != self.rank()) throw hlo::Error("scatter: index rank differs from self");
   if (src.rank() == 0) src = c.b.broadcast_to(src, index.dims());
   Value r = scatter_dim(c.b, self, dim, index, c.b.convert(src, self.elem()), combiner(reduce, self.elem()));
@@ -186,8 +187,8 @@ Value scatter_reduce_two(Ctx& c) {
     src = as_vector(b, src);
   }
   int64_t dim = dim_arg(c, 1, self);
+  if (index.type.numel() == 0) return b.reshape(self, c.out_dims());  // nothing to write (any index rank)
   if (index.rank() != self.rank()) throw hlo::Error("scatter_reduce: index rank differs from self");
-  if (index.type.numel() == 0) return b.reshape(self, c.out_dims());
   const ElementType t = self.elem();
   Value touched;
   if (!include_self || reduce == "mean") {

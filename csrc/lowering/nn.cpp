@@ -854,9 +854,17 @@ V adaptive_avg_pool2d_backward(Ctx& c) {
   return one(b.reshape(y, xd));
 }
 
-// sgn for real types (the gradient of l1_loss and abs); complex inputs fall back.
+// sgn (the gradient of l1_loss and abs): the sign of reals (0 for NaN, as torch), z / |z| of complex
+// numbers (0 for 0).
 V sgn(Ctx& c) {
-  if (pjrt::is_complex(c.t(0).elem())) throw hlo::Error("sgn: complex inputs are not lowered");
+  Builder& b = c.b;
+  if (pjrt::is_complex(c.t(0).elem())) {
+    Value z = operand(c, 0);
+    const ElementType part = pjrt::real_type(z.elem());
+    Value a = b.unary_to("abs", z, part);
+    Value unit = b.complex(div(b, b.unary_to("real", z, part), a), div(b, b.unary_to("imag", z, part), a));
+    return one(b.select(b.compare(Cmp::EQ, a, like(b, 0, a)), b.constant(0, unit.type), unit));
+  }
   if (c.out_type() == ElementType::kPred) return one(operand(c, 0));
   Value x = operand(c, 0), r = c.b.unary("sign", x);
   if (pjrt::is_float(x.elem())) r = c.b.select(isnan(c.b, x), c.b.constant(0, x.type), r);  // torch: sgn(NaN) = 0

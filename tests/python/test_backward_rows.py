@@ -173,3 +173,28 @@ def test_activation_backward_rows(fn, dtype, fallback_policy):
         grads.append((out.detach().cpu(), gx.cpu()))
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("fn", [
+    # an empty index of another rank than self: gather's backward scatters nothing
+    lambda x: torch.gather(x[0], 0, torch.empty(2, 0, dtype=torch.long, device=x.device)).sum() + x[0].sum(),
+    # a 0-d index_fill: the gradient of the value counts each index once (autograd calls _unique)
+    lambda x: x[0, 0].index_fill(0, torch.tensor([0, 0], device=x.device), x[1, 1]) * 3,
+    # polar's backward takes sgn of complex numbers
+    lambda x: torch.view_as_real(torch.polar(x[0].abs() + 0.1, x[1])),
+    lambda x: torch.view_as_real(torch.sgn(torch.complex(x[0], x[1] * (x[1] > 0)))),  # zeros included
+    lambda x: torch.view_as_real(torch.sgn(torch.complex(x[0] * 0, x[1] * 0))),
+], ids=["gather_empty_index", "index_fill_0d", "polar", "sgn_complex", "sgn_complex_zero"])
+def test_gradients_found_by_the_sweep(fn, fallback_policy):
+    # the OpInfo gradient sweep found these falling back to the CPU; natively now, against the CPU
+    fallback_policy("error")
+    x = torch.randn(2, 5, generator=torch.Generator().manual_seed(1))
+    res = []
+    for dev in ("cpu", "tpu"):
+        xd = x.to(dev).requires_grad_()
+        out = fn(xd)
+        w = torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(dev)
+        (g,) = torch.autograd.grad((out * w).sum(), xd)
+        res.append((out.detach().cpu(), g.cpu()))
+    for got, want in zip(res[1], res[0]):
+        torch.testing.assert_close(got, want)
