@@ -613,6 +613,9 @@ V convolution_backward(Ctx& c) {
       ConvWindow win{a.stride, Dims(s, 1), a.dilation, {}};
       for (int64_t p : a.padding) win.padding.push_back({p, p});
       gx = conv(b, gy, w, false, false, false, win, a.groups, 1);
+      // output_padding added rows at the end of the output that no input position reaches: the
+      // convolution back covers them too, past the input's size
+      if (gx.dims() != x.dims()) gx = b.slice(gx, Dims(x.rank(), 0), x.dims(), Dims(x.rank(), 1));
     } else {
       gx = conv_transpose(b, gy, w, a.stride, a.padding, a.dilation, a.groups, spatial_of(x.dims()));
     }

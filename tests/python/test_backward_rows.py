@@ -198,3 +198,25 @@ def test_gradients_found_by_the_sweep(fn, fallback_policy):
         res.append((out.detach().cpu(), g.cpu()))
     for got, want in zip(res[1], res[0]):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_conv_transpose_output_padding_gradients(dims, fallback_policy):
+    # output_padding adds output rows no input position reaches: the input's gradient (a convolution of
+    # the output's) is cut back to the input's size (OpInfo's sample 2 fell back before)
+    fallback_policy("error")
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 2, *(4,) * dims, generator=g)
+    w = torch.randn(2, 2, *(4, 5, 3)[:dims], generator=g)
+    # output_padding at least the stride (allowed below the dilation): whole extra rows
+    kw = dict(stride=(2, 2, 1)[:dims], padding=(1, 2, 1)[:dims], output_padding=(2, 3, 1)[:dims], groups=2,
+              dilation=(3, 4, 2)[:dims])
+    f = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[dims]
+    res = []
+    for dev in ("cpu", "tpu"):
+        xd, wd = x.to(dev).requires_grad_(), w.to(dev).requires_grad_()
+        out = f(xd, wd, **kw)
+        gx, gw = torch.autograd.grad((out * out.detach().cos()).sum(), (xd, wd))
+        res.append((out.detach().cpu(), gx.cpu(), gw.cpu()))
+    for got, want in zip(res[1], res[0]):
+        torch.testing.assert_close(got, want)
