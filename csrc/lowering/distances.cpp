@@ -167,7 +167,8 @@ Value cdist_backward(Ctx& c) {
   const int64_t r = static_cast<int64_t>(od.size());
   Value g = b.convert(c.t(0), t), x1 = b.convert(c.t(1), t), x2 = b.convert(c.t(2), t), dist = b.convert(c.t(4), t);
   const int64_t P = od[r - 2], M = od[r - 1], R = g.dims().back();
-  if (numel(od) == 0) return b.constant(0, Type{t, od});
+  // no pairs (an empty batch of the other side included: the CPU then returns zeros of x1's own shape)
+  if (numel(od) == 0 || g.type.numel() == 0) return b.constant(0, Type{t, od});
   Dims batch(od.begin(), od.end() - 2);
   x1 = b.broadcast_to(x1, od);
   x2 = b.broadcast_to(x2, with_batch(batch, {R, M}));

@@ -220,3 +220,18 @@ def test_conv_transpose_output_padding_gradients(dims, fallback_policy):
         res.append((out.detach().cpu(), gx.cpu(), gw.cpu()))
     for got, want in zip(res[1], res[0]):
         torch.testing.assert_close(got, want)
+
+
+def test_cdist_gradient_with_an_empty_batch(fallback_policy):
+    # x1 with an empty batch against an unbatched x2: no pairs, so x2's gradient is zeros of its own shape
+    # (OpInfo's sample failed to broadcast and fell back)
+    fallback_policy("error")
+    g = torch.Generator().manual_seed(2)
+    x1, x2 = torch.randn(0, 4, 5, generator=g), torch.randn(3, 5, generator=g)
+    grads = []
+    for dev in ("cpu", "tpu"):
+        a, b = x1.to(dev).requires_grad_(), x2.to(dev).requires_grad_()
+        out = torch.cdist(a, b, p=1.5)
+        grads.append([t.cpu() for t in torch.autograd.grad(out.sum(), (a, b))])
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want)
