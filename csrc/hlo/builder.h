@@ -103,11 +103,11 @@ class Builder {
                const Dims& result_dims);
   Value scatter(Value operand, Value indices, Value updates, const ScatterDims& dims, const Body& body);
   std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dim, bool stable, const Body& cmp);
-  // stablehlo.while over the loop state `init`: `cond` maps the state to a 0-d pred, `body` to the next
-  // state (same types). Pass every value the regions use through the state (no implicit captures).
   // stablehlo.case: runs only branches[index] (index a 0-d s32; out of range runs the last branch).
   // Each branch builds its results from values outside (captured) and returns `results`' types.
   std::vector<Value> case_of(Value index, const std::vector<Body>& branches, const std::vector<Type>& results);
+  // stablehlo.while over the loop state `init`: `cond` maps the state to a 0-d pred, `body` to the next
+  // state (same types). Pass every value the regions use through the state (no implicit captures).
   std::vector<Value> while_loop(const std::vector<Value>& init, const Body& cond, const Body& body);
   Value convolution(Value input, Value kernel, const std::string& dim_numbers, const Dims& strides,
                     const std::vector<std::pair<int64_t, int64_t>>& padding, const Dims& lhs_dilation,
