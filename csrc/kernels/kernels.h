@@ -18,7 +18,7 @@ namespace kernels {
 // `why` when the plugin cannot take them (then rows keep their pure-StableHLO lowerings).
 bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why);
 
-// Grouped rows: y[M, N] (float32) = x[M, K] (float32) times w[g] for the rows of group g, where group g
+// Grouped rows: y[M, N] (float32) = x[M, K] (float32, or bfloat16 with bfloat16 weights) times w[g] for the rows of group g, where group g
 // is rows [end[g-1], end[g]) (group 0 from row 0; empty where end[g-1] >= end[g]; a later group writes
 // the rows it shares with an earlier one, as torch's CPU kernel does) and rows of no group are zero.
 // ends: s32[G], each within [0, M]. w: [G, N, K] (nt: w[g]

@@ -42,6 +42,32 @@ int64_t tile_rows(int64_t rows, int64_t groups) {
   return std::min(t, rows);
 }
 
+// dot_general(lhs, rhs) over lhs dim `lc` and rhs dim `rc` (`batch` leading dims of both batched), in
+// `acc`, with the contraction summed in blocks of 32 apart and then together: XLA:CPU sums a small dot's
+// contraction in one running sum for some shapes (20 ulps of float32 at K = 300, several times the
+// error of the CPU's blocked sums).
+Value dot_in_blocks(Builder& b, Value lhs, int64_t lc, Value rhs, int64_t rc, int64_t batch, ElementType acc) {
+  constexpr int64_t kBlock = 32;
+  const int64_t k = lhs.dims()[lc];
+  Dims bd;
+  for (int64_t i = 0; i < batch; ++i) bd.push_back(i);
+  if (k <= 2 * kBlock) return b.dot_general(lhs, rhs, bd, bd, {lc}, {rc}, acc);
+  const int64_t blocks = (k + kBlock - 1) / kBlock;
+  auto split = [&](Value v, int64_t c) {  // dim c -> (blocks, kBlock), zeros past K
+    Dims high(v.dims().size(), 0), d = v.dims();
+    high[c] = blocks * kBlock - k;
+    if (high[c]) v = b.pad(v, scalar_like(b, 0, v), Dims(d.size(), 0), high, Dims(d.size(), 0));
+    d[c] = kBlock;
+    d.insert(d.begin() + c, blocks);
+    return b.reshape(v, d);
+  };
+  Dims lb = bd, rb = bd;
+  lb.push_back(lc);
+  rb.push_back(rc);
+  Value y = b.dot_general(split(lhs, lc), split(rhs, rc), lb, rb, {lc + 1}, {rc + 1}, acc);
+  return reduce_sum(b, y, {batch});
+}
+
 // [starts, ends) of every group (s32[G] each), ends clamped to `rows` and starts to their ends.
 std::pair<Value, Value> group_bounds(Builder& b, Value offs, int64_t rows) {
   const int64_t g = offs.dims()[0];
@@ -145,7 +171,7 @@ Value dense_rows(Builder& b, Value x, Value w, Value starts, Value ends, int64_t
   Value slot_row = b.binary("add", b.broadcast_in_dim(starts, slots.dims, {0}), b.iota(slots, 1));
   slot_row = b.clamp(idx(b, 0), slot_row, idx(b, m - 1));
   Value xg = b.reshape(b.convert(take_rows(b, x, b.reshape(slot_row, {groups * cap})), w.elem()), {groups, cap, k});
-  Value y = b.dot_general(w, xg, {0}, {0}, {2}, {2}, acc);  // [G, N, cap]
+  Value y = dot_in_blocks(b, w, 2, xg, 2, 1, acc);  // [G, N, cap]
   // row r's group: the last group whose rows hold it (-1 for rows of no group; with offsets that
   // decrease, groups overlap and the later one writes, as in the loops and torch's kernel), and its
   // place in the group
@@ -192,11 +218,11 @@ Value ragged_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType
     Value z = idx(bb, 0);
     Value xt = bb.convert(bb.dynamic_slice(xs, {s, z}, {t, k}), acc);
     if (nt) {
-      Value y = bb.dot_general(wg, xt, {}, {}, {1}, {1}, acc);  // [N, T]
+      Value y = dot_in_blocks(bb, wg, 1, xt, 1, 0, acc);  // [N, T]
       Value old = bb.dynamic_slice(o, {z, s}, {n, t});
       return bb.dynamic_update_slice(o, bb.select(bb.broadcast_in_dim(keep, {n, t}, {1}), y, old), {z, s});
     }
-    Value y = bb.dot_general(xt, wg, {}, {}, {1}, {0}, acc);  // [T, N]
+    Value y = dot_in_blocks(bb, xt, 1, wg, 0, 0, acc);  // [T, N]
     Value old = bb.dynamic_slice(o, {s, z}, {t, n});
     return bb.dynamic_update_slice(o, bb.select(bb.broadcast_in_dim(keep, {t, n}, {0}), y, old), {s, z});
   };
@@ -283,13 +309,15 @@ Ragged ragged_impl() {
   return impl;
 }
 
-// ragged_rows through the host kernel: x in float32, the weights in their own type (float32, bfloat16
-// or float16; others take the loops), the group ends clamped to the rows; rows past the last group are
-// zero, as in torch's kernel.
+// ragged_rows through the host kernel: x in float32 (bfloat16 rows with bfloat16 weights as they are),
+// the weights in their own type (float32, bfloat16 or float16; others take the loops), the group ends
+// clamped to the rows; rows past the last group are zero, as in torch's kernel.
 Value kernel_rows(Builder& b, Value x, Value w, bool nt, Value offs, ElementType acc) {
   const int64_t m = x.dims()[0], n = nt ? w.dims()[1] : w.dims()[2];
   Value ends = group_bounds(b, offs, m).second;
-  Value y = b.custom_call(nt ? kernels::kRaggedRowsNt : kernels::kRaggedRowsNn, {b.convert(x, ElementType::kF32), w, ends},
+  const bool bf16 = x.elem() == ElementType::kBF16 && w.elem() == ElementType::kBF16;
+  Value rows = bf16 ? x : b.convert(x, ElementType::kF32);
+  Value y = b.custom_call(nt ? kernels::kRaggedRowsNt : kernels::kRaggedRowsNn, {rows, w, ends},
                           {Type{ElementType::kF32, {m, n}}})[0];
   return b.convert(y, acc);
 }

@@ -297,9 +297,11 @@ def test_grouped_mm_decreasing_offsets(dtype, rows, offs):
          "dense_pass or half_precision_slots or matches_loop_with_gradients or host_kernel_grouped_rows"
          " or decreasing_offsets"),
         # the kernel's portable loops (CPUs without AVX2/FMA/F16C)
-        ({"TORCH_PJRT_KERNEL_PORTABLE": "1"}, "host_kernel_grouped_rows or dense_pass or decreasing_offsets"),
+        ({"TORCH_PJRT_KERNEL_ISA": "portable"}, "host_kernel_grouped_rows or dense_pass or decreasing_offsets"),
+        # AVX2 where the CPU also has AVX512-BF16 (bfloat16 rows widened instead of pair dot products)
+        ({"TORCH_PJRT_KERNEL_ISA": "avx2"}, "host_kernel_grouped_rows or experts_implementations"),
     ],
-    ids=["loop_lowering", "portable_kernel"],
+    ids=["loop_lowering", "portable_kernel", "avx2_kernel"],
 )
 def test_other_grouped_rows_paths(env, tests):
     """The ragged-dot tests again in a child process, on another implementation of grouped rows."""
