@@ -40,13 +40,18 @@ Value arange(Ctx& c, size_t start_k, size_t step_k) {
 }
 
 // The CPU kernel rounds every operation to the result type (half types included); integral results
-// are computed in double.
+// are computed in double. A half type's rounding is stablehlo.reduce_precision in float32: XLA (which
+// allows excess precision by default) may drop a pair of converts to the half type and back, and did
+// on a CPU with AVX512-FP16, where linspace's float16 products then kept float32 precision.
 struct Arith {
   Builder& b;
   ElementType t;      // the result type
   ElementType step;   // the type of step and of the arithmetic
   Value r(Value v) const {
-    if (t == ElementType::kF16 || t == ElementType::kBF16) return b.convert(b.convert(v, t), step);
+    if (t == ElementType::kF16)
+      return b.raw("stablehlo.reduce_precision", "exponent_bits = 5 : i32, mantissa_bits = 10 : i32", {v}, v.type);
+    if (t == ElementType::kBF16)
+      return b.raw("stablehlo.reduce_precision", "exponent_bits = 8 : i32, mantissa_bits = 7 : i32", {v}, v.type);
     return v;
   }
   Value add(Value x, Value y) const { return r(b.binary("add", x, y)); }
