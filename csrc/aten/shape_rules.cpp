@@ -73,6 +73,15 @@ void geqrf(torch::jit::Stack& s) {
   s.emplace_back(at::empty(tau, a.options().device(c10::kMeta)));
 }
 
+// multi_margin_loss_backward and multilabel_margin_loss_backward (grad_output, self, ...): torch has no
+// meta kernels for them; the gradient has self's size and dtype (the forward checked the arguments).
+template <int Args>
+void margin_loss_backward(torch::jit::Stack& s) {
+  const at::Tensor self = s[1].toTensor();
+  torch::jit::drop(s, Args);
+  s.emplace_back(at::empty(self.sizes(), self.options().device(c10::kMeta)));
+}
+
 // multi_margin_loss (with a 0-d target) and multilabel_margin_loss_forward, reduction='none', on a 0-d or
 // 1-d input: the CPU gives a 0-d loss, torch's meta kernels a [1] one.
 void multi_margin_loss(const torch::jit::Stack& args, torch::jit::Stack& results) {
@@ -106,6 +115,8 @@ void batch_norm_stats(const torch::jit::Stack& args, torch::jit::Stack& results)
 ShapeRule shape_rule(const std::string& name, const std::string& overload) {
   if (name == "aten::_grouped_mm" && overload.empty()) return grouped_mm;
   if (name == "aten::geqrf" && overload.empty()) return geqrf;
+  if (name == "aten::multi_margin_loss_backward" && overload.empty()) return margin_loss_backward<7>;
+  if (name == "aten::multilabel_margin_loss_backward" && overload.empty()) return margin_loss_backward<5>;
   return nullptr;
 }
 

@@ -1,4 +1,4 @@
-// Multi-class margin losses: multi_margin_loss and multilabel_margin_loss (forward).
+// Multi-class margin losses: multi_margin_loss and multilabel_margin_loss, forward and backward.
 #include <algorithm>
 #include <cmath>
 
@@ -92,9 +92,90 @@ V multilabel_margin_loss(Ctx& c) {
   return V{b.reshape(out, c.out_dims(0)), b.reshape(b.convert(is_target, t), c.out_dims(1))};
 }
 
+// The gradient of a loss per row of [N, C] times grad_output: one value (a reduction, or a 0-d loss of
+// a 1-d input) or one per row (reduction='none').
+Value times_grad_output(Ctx& c, Value grad, ElementType t) {
+  Builder& b = c.b;
+  const int64_t N = grad.dims()[0], C = grad.dims()[1];
+  Value go = b.convert(c.t(0), t);
+  if (go.type.numel() == 1) return mul(b, grad, b.broadcast_in_dim(b.reshape(go, {}), {N, C}, {}));
+  return mul(b, grad, b.broadcast_in_dim(b.reshape(go, {N}), {N, C}, {0}));
+}
+
+// 1 / C, or 1 / (N * C) for the mean: the factor of every term of the loss
+Value term_scale(Builder& b, int64_t N, int64_t C, int64_t reduction, ElementType t) {
+  return b.constant(1.0 / static_cast<double>(reduction == 1 ? N * C : C), Type{t, {N, C}});
+}
+
+// multi_margin_loss_backward(grad_output, self, target, p, margin, weight?, reduction): class i != y with
+// z = margin - x[y] + x[i] > 0 gets g (p = 1) or 2 g z (p = 2), times weight[y]; class y minus their sum.
+Value multi_margin_loss_backward(Ctx& c) {
+  Builder& b = c.b;
+  ElementType t = compute_type(c.out_type());
+  Value x = b.convert(c.t(1), t);
+  int64_t C = x.rank() == 0 ? 1 : x.dims().back();
+  int64_t N = x.type.numel() / std::max<int64_t>(C, 1);
+  if (N * C == 0) return b.constant(0, c.out());
+  x = b.reshape(x, {N, C});
+  Value tg = b.reshape(b.convert(c.t(2), ElementType::kS64), {N});
+  Value z = add(b, sub(b, operand(c, 4, t, {N, C}), b.broadcast_in_dim(pick_target(b, x, tg), {N, C}, {0})), x);
+  Value g = term_scale(b, N, C, c.i(6), t);
+  Value p = operand(c, 3, t, {N, C});
+  Value h = b.select(b.compare(Cmp::EQ, p, like(b, 1, p)), g, mul(b, mul(b, like(b, 2, g), g), z));
+  if (c.has(5)) {
+    Value w = b.convert(c.t(5), t);
+    h = mul(b, h, b.broadcast_in_dim(pick_target(b, b.broadcast_in_dim(w, {N, C}, {1}), tg), {N, C}, {0}));
+  }
+  Value is_y = b.compare(Cmp::EQ, b.iota(Type{ElementType::kS64, {N, C}}, 1), b.broadcast_in_dim(tg, {N, C}, {0}));
+  h = b.select(andv(b, notv(b, is_y), b.compare(Cmp::GT, z, like(b, 0, z))), h, like(b, 0, h));
+  Value gy = b.unary("negate", reduce_sum(b, h, {1}));
+  Value grad = b.select(is_y, b.broadcast_in_dim(gy, {N, C}, {0}), h);
+  return b.convert(b.reshape(times_grad_output(c, grad, t), c.out_dims()), c.out_type());
+}
+
+// multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target): every target y_j
+// (before the first negative entry) and non-target class d with z = 1 - x[y_j] + x[d] > 0 adds g to d
+// and takes g from y_j.
+Value multilabel_margin_loss_backward(Ctx& c) {
+  Builder& b = c.b;
+  ElementType t = compute_type(c.out_type());
+  Value x = b.convert(c.t(1), t);
+  int64_t C = x.rank() == 0 ? 1 : x.dims().back();
+  int64_t N = x.type.numel() / std::max<int64_t>(C, 1);
+  if (N * C == 0) return b.constant(0, c.out());
+  x = b.reshape(x, {N, C});
+  Value tg = b.reshape(b.convert(c.t(2), ElementType::kS64), {N, C});
+  Value is_target = b.compare(Cmp::NE, b.reshape(b.convert(c.t(4), t), {N, C}), like(b, 0, x));
+  Type it{ElementType::kS64, {N, C}}, it3{ElementType::kS64, {N, C, C}};
+  // valid[n, j]: no negative target at or before j
+  Value neg = b.convert(b.compare(Cmp::LT, tg, b.constant_i(0, it)), ElementType::kS64);
+  Value upto = b.compare(Cmp::LE, b.iota(it3, 2), b.iota(it3, 1));  // [n, j, k]: k <= j
+  Value negs = reduce_sum(b, b.select(upto, b.broadcast_in_dim(neg, {N, C, C}, {0, 2}), b.constant_i(0, it3)), {2});
+  Value valid = b.compare(Cmp::EQ, negs, b.constant_i(0, it));
+  // sel[n, j, d]: target j is class d
+  Value sel = andv(b, b.compare(Cmp::EQ, b.broadcast_in_dim(tg, {N, C, C}, {0, 1}), b.iota(it3, 2)),
+                   b.broadcast_in_dim(valid, {N, C, C}, {0, 1}));
+  Value xb = b.broadcast_in_dim(x, {N, C, C}, {0, 2});  // [n, j, d] = x[n, d]
+  Value xy = reduce(b, b.select(sel, xb, b.constant(-INFINITY, xb.type)), {2}, "maximum", b.scalar(-INFINITY, t));
+  Value z = add(b, sub(b, like(b, 1, xb), b.broadcast_in_dim(xy, {N, C, C}, {0, 1})), xb);
+  Value keep = andv(b, andv(b, b.broadcast_in_dim(valid, {N, C, C}, {0, 1}),
+                            notv(b, b.broadcast_in_dim(is_target, {N, C, C}, {0, 2}))),
+                    b.compare(Cmp::GT, z, like(b, 0, z)));
+  Value ones = b.select(keep, like(b, 1, z), like(b, 0, z));
+  Value up = reduce_sum(b, ones, {1});                         // [n, d]: terms that add to class d
+  Value per_target = reduce_sum(b, ones, {2});                 // [n, j]: terms of target j
+  Value down = reduce_sum(b, b.select(sel, b.broadcast_in_dim(per_target, {N, C, C}, {0, 1}), like(b, 0, z)), {1});
+  Value grad = mul(b, sub(b, up, down), term_scale(b, N, C, c.i(3), t));
+  return b.convert(b.reshape(times_grad_output(c, grad, t), c.out_dims()), c.out_type());
+}
+
 const Rows rows = {
     {{"multi_margin_loss", "multi_margin_loss.out"}, [](Ctx& c) { return one(multi_margin_loss(c)); }},
     {{"multilabel_margin_loss_forward", "multilabel_margin_loss_forward.output"}, multilabel_margin_loss},
+    {{"multi_margin_loss_backward", "multi_margin_loss_backward.grad_input"},
+     [](Ctx& c) { return one(multi_margin_loss_backward(c)); }},
+    {{"multilabel_margin_loss_backward", "multilabel_margin_loss_backward.grad_input"},
+     [](Ctx& c) { return one(multilabel_margin_loss_backward(c)); }},
 };
 
 }  // namespace

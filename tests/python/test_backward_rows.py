@@ -235,3 +235,42 @@ def test_cdist_gradient_with_an_empty_batch(fallback_policy):
         grads.append([t.cpu() for t in torch.autograd.grad(out.sum(), (a, b))])
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want)
+
+
+# targets of multilabel_margin_loss: each row's classes up to its first negative entry (repeats, none,
+# and all classes included)
+_MULTILABEL = [[3, 0, -1, 1, 2, 2, 2], [1, 2, 3, 4, 5, 6, 0], [-1, 1, 1, 1, 1, 1, 1], [6, 6, -1, 0, 0, 0, 0],
+               [2, 3, 4, -1, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("loss", ["multi_margin_p1", "multi_margin_p2_weight", "multi_margin_1d", "multilabel",
+                                  "multilabel_1d"])
+def test_margin_loss_gradients(loss, reduction, fallback_policy):
+    # multi_margin_loss_backward and multilabel_margin_loss_backward (the OpInfo gradient sweep found them
+    # on the CPU fallback): the input's gradient against the CPU's, with a weighted grad_output
+    fallback_policy("error")
+    g = torch.Generator().manual_seed(3)
+    if loss.startswith("multi_margin"):
+        x = torch.randn(6) if loss.endswith("1d") else torch.randn(5, 7, generator=g)
+        target = torch.tensor(2) if loss.endswith("1d") else torch.randint(0, 7, (5,), generator=g)
+        kw = dict(p=2, margin=0.7, weight=torch.rand(7, generator=g)) if "weight" in loss else {}
+
+        def f(a, t):
+            w = kw.get("weight")
+            return F.multi_margin_loss(a, t, reduction=reduction, **dict(kw, weight=None if w is None else w.to(a.device)))
+    else:
+        x = torch.randn(4, generator=g) if loss.endswith("1d") else torch.randn(5, 7, generator=g)
+        target = torch.tensor([1, 3, -1, 0]) if loss.endswith("1d") else torch.tensor(_MULTILABEL)
+
+        def f(a, t):
+            return F.multilabel_margin_loss(a, t, reduction=reduction)
+    res = []
+    for dev in ("cpu", "tpu"):
+        a = x.to(dev).requires_grad_()
+        out = f(a, target.to(dev))
+        w = torch.linspace(-1, 2, out.numel()).reshape(out.shape).to(dev)
+        (grad,) = torch.autograd.grad((out * w).sum(), a)
+        res.append((out.detach().cpu(), grad.cpu()))
+    for got, want in zip(res[1], res[0]):
+        torch.testing.assert_close(got, want)
