@@ -1,6 +1,7 @@
 // Multi-class margin losses: multi_margin_loss and multilabel_margin_loss, forward and backward.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "lowering/helpers.h"
 
@@ -28,64 +29,87 @@ Value reduce_loss(Builder& b, Value l, int64_t reduction) {
   return div(b, s, b.constant(static_cast<double>(l.type.numel()), s.type));
 }
 
+// A margin loss's input as rows of classes, in the compute type: x [N, C] (a 0-d or 1-d input is one row).
+struct ClassRows {
+  Value x;
+  int64_t n, c;
+};
+ClassRows class_rows(Builder& b, Value in, ElementType t) {
+  Value x = b.convert(in, t);
+  const int64_t C = x.rank() == 0 ? 1 : x.dims().back();
+  const int64_t N = x.type.numel() / std::max<int64_t>(C, 1);
+  return {N * C != 0 ? b.reshape(x, {N, C}) : x, N, C};
+}
+
+// multi_margin_loss's terms: z = margin - x[y] + x[i] [N, C] and the classes i != y (`others`).
+struct MarginTerms {
+  Value z, others;
+};
+MarginTerms margin_terms(Builder& b, Value x, Value tg, Value margin) {
+  const int64_t N = x.dims()[0], C = x.dims()[1];
+  Value z = add(b, sub(b, margin, b.broadcast_in_dim(pick_target(b, x, tg), {N, C}, {0})), x);
+  Value y = b.broadcast_in_dim(b.convert(tg, ElementType::kS64), {N, C}, {0});
+  return {z, b.compare(Cmp::NE, b.iota(Type{ElementType::kS64, {N, C}}, 1), y)};
+}
+
+// weight[y] of each row as [N, C]
+Value target_weight(Ctx& c, size_t k, Value tg, int64_t N, int64_t C, ElementType t) {
+  Builder& b = c.b;
+  Value w = b.convert(c.t(k), t);
+  return b.broadcast_in_dim(pick_target(b, b.broadcast_in_dim(w, {N, C}, {1}), tg), {N, C}, {0});
+}
+
 // multi_margin_loss(self, target, p, margin, weight?, reduction):
 // sum over classes i != y of max(0, margin - x[y] + x[i])^p (times weight[y]), divided by C.
 Value multi_margin_loss(Ctx& c) {
   Builder& b = c.b;
   ElementType t = compute_type(c.out_type());
-  Value x = b.convert(c.t(0), t);
-  int64_t C = x.rank() == 0 ? 1 : x.dims().back();
-  int64_t N = x.type.numel() / std::max<int64_t>(C, 1);
+  auto [x, N, C] = class_rows(b, c.t(0), t);
   if (N * C == 0) throw hlo::Error("multi_margin_loss: empty input");
-  x = b.reshape(x, {N, C});
   Value tg = b.reshape(c.t(1), {N});
-  Value xy = pick_target(b, x, tg);
-  Value margin = operand(c, 3, t, {N, C}), p = operand(c, 2, t, {N, C});
-  Value z = add(b, sub(b, margin, b.broadcast_in_dim(xy, {N, C}, {0})), x);
+  auto [z, others] = margin_terms(b, x, tg, operand(c, 3, t, {N, C}));
+  Value p = operand(c, 2, t, {N, C});
   Value h = b.select(b.compare(Cmp::EQ, p, like(b, 1, p)), z, mul(b, z, z));
-  if (c.has(4)) {
-    Value w = b.convert(c.t(4), t);
-    Value wy = pick_target(b, b.broadcast_in_dim(w, {N, C}, {1}), tg);
-    h = mul(b, h, b.broadcast_in_dim(wy, {N, C}, {0}));
-  }
-  Type it{ElementType::kS64, {N, C}};
-  Value not_y = b.compare(Cmp::NE, b.iota(it, 1), b.broadcast_in_dim(b.convert(tg, ElementType::kS64), {N, C}, {0}));
-  Value keep = andv(b, not_y, b.compare(Cmp::GT, z, like(b, 0, z)));
+  if (c.has(4)) h = mul(b, h, target_weight(c, 4, tg, N, C, t));
+  Value keep = andv(b, others, b.compare(Cmp::GT, z, like(b, 0, z)));
   Value l = div(b, reduce_sum(b, b.select(keep, h, like(b, 0, h)), {1}), b.constant(static_cast<double>(C), Type{t, {N}}));
   return b.reshape(reduce_loss(b, l, c.i(5)), c.out_dims());
 }
 
-// multilabel_margin_loss_forward(self, target, reduction) -> (output, is_target): the targets of a
-// row are its entries before the first negative one; sum over targets j and non-target classes d of
-// max(0, 1 - x[y_j] + x[d]), divided by C.
+// multilabel_margin_loss's terms for targets tg [N, C] (a row's targets are its entries before the first
+// negative one): sel[n, j, d] (target j is class d), and z = 1 - x[y_j] + x[d] [N, C(j), C(d)] with the
+// (j, d) that count: j a target, d not one (is_target [N, C], or from sel when null: `targets`), z > 0.
+struct LabelTerms {
+  Value sel, z, keep, targets;
+};
+LabelTerms label_terms(Builder& b, Value x, Value tg, std::optional<Value> is_target) {
+  const int64_t N = x.dims()[0], C = x.dims()[1];
+  Type it{ElementType::kS64, {N, C}}, it3{ElementType::kS64, {N, C, C}};
+  // valid[n, j]: no negative target at or before j
+  Value neg = b.convert(b.compare(Cmp::LT, tg, b.constant_i(0, it)), ElementType::kS64);
+  Value upto = b.compare(Cmp::LE, b.iota(it3, 2), b.iota(it3, 1));  // [n, j, k]: k <= j
+  Value negs = reduce_sum(b, b.select(upto, b.broadcast_in_dim(neg, {N, C, C}, {0, 2}), b.constant_i(0, it3)), {2});
+  Value valid = b.broadcast_in_dim(b.compare(Cmp::EQ, negs, b.constant_i(0, it)), {N, C, C}, {0, 1});
+  Value sel = andv(b, b.compare(Cmp::EQ, b.broadcast_in_dim(tg, {N, C, C}, {0, 1}), b.iota(it3, 2)), valid);
+  Value targets = is_target ? *is_target : reduce(b, sel, {1}, "or", b.scalar(0, ElementType::kPred));
+  Value xb = b.broadcast_in_dim(x, {N, C, C}, {0, 2});  // [n, j, d] = x[n, d]
+  const ElementType t = x.elem();
+  Value xy = reduce(b, b.select(sel, xb, b.constant(-INFINITY, xb.type)), {2}, "maximum", b.scalar(-INFINITY, t));
+  Value z = add(b, sub(b, like(b, 1, xb), b.broadcast_in_dim(xy, {N, C, C}, {0, 1})), xb);
+  Value keep = andv(b, andv(b, valid, notv(b, b.broadcast_in_dim(targets, {N, C, C}, {0, 2}))),
+                    b.compare(Cmp::GT, z, like(b, 0, z)));
+  return {sel, z, keep, targets};
+}
+
+// multilabel_margin_loss_forward(self, target, reduction) -> (output, is_target): the sum over targets j
+// and non-target classes d of max(0, 1 - x[y_j] + x[d]), divided by C.
 V multilabel_margin_loss(Ctx& c) {
   Builder& b = c.b;
   ElementType t = compute_type(c.out_type(0));
-  Value x = b.convert(c.t(0), t);
-  int64_t C = x.rank() == 0 ? 1 : x.dims().back();
-  int64_t N = x.type.numel() / std::max<int64_t>(C, 1);
+  auto [x, N, C] = class_rows(b, c.t(0), t);
   if (N * C == 0) throw hlo::Error("multilabel_margin_loss: empty input");
-  x = b.reshape(x, {N, C});
   Value tg = b.reshape(b.convert(c.t(1), ElementType::kS64), {N, C});
-  Type it{ElementType::kS64, {N, C}};
-  // valid[n, j]: no negative target at or before j
-  Value neg = b.convert(b.compare(Cmp::LT, tg, b.constant_i(0, it)), ElementType::kS64);
-  Type it3{ElementType::kS64, {N, C, C}};
-  Value upto = b.compare(Cmp::LE, b.iota(it3, 2), b.iota(it3, 1));  // [n, j, k]: k <= j
-  Value negs = reduce_sum(b, b.select(upto, b.broadcast_in_dim(neg, {N, C, C}, {0, 2}), b.constant_i(0, it3)), {2});
-  Value valid = b.compare(Cmp::EQ, negs, b.constant_i(0, it));  // [N, C] over j
-  // is_target[n, d] = any_j valid[n, j] && tg[n, j] == d
-  Value eq = b.compare(Cmp::EQ, b.broadcast_in_dim(tg, {N, C, C}, {0, 1}), b.iota(it3, 2));  // [n, j, d]
-  Value hit = andv(b, eq, b.broadcast_in_dim(valid, {N, C, C}, {0, 1}));
-  Value is_target = reduce(b, hit, {1}, "or", b.scalar(0, ElementType::kPred));  // [N, C]
-  // x[n, y_j]: [N, C] over j
-  Value xb = b.broadcast_in_dim(x, {N, C, C}, {0, 2});  // [n, j, d] = x[n, d]
-  Value sel = b.compare(Cmp::EQ, b.broadcast_in_dim(tg, {N, C, C}, {0, 1}), b.iota(it3, 2));
-  Value xy = reduce(b, b.select(sel, xb, b.constant(-INFINITY, xb.type)), {2}, "maximum", b.scalar(-INFINITY, t));
-  Value z = add(b, sub(b, like(b, 1, xb), b.broadcast_in_dim(xy, {N, C, C}, {0, 1})), xb);  // [n, j, d]
-  Value keep = andv(b, andv(b, b.broadcast_in_dim(valid, {N, C, C}, {0, 1}),
-                            b.unary("not", b.broadcast_in_dim(is_target, {N, C, C}, {0, 2}))),
-                    b.compare(Cmp::GT, z, like(b, 0, z)));
+  auto [sel, z, keep, is_target] = label_terms(b, x, tg, std::nullopt);
   Value l = reduce_sum(b, b.select(keep, z, like(b, 0, z)), {1, 2});
   l = div(b, l, b.constant(static_cast<double>(C), l.type));
   Value out = reduce_loss(b, l, c.i(2));
@@ -93,13 +117,14 @@ V multilabel_margin_loss(Ctx& c) {
 }
 
 // The gradient of a loss per row of [N, C] times grad_output: one value (a reduction, or a 0-d loss of
-// a 1-d input) or one per row (reduction='none').
+// a 1-d input) or one per row (reduction='none'), in the result's shape and type.
 Value times_grad_output(Ctx& c, Value grad, ElementType t) {
   Builder& b = c.b;
   const int64_t N = grad.dims()[0], C = grad.dims()[1];
   Value go = b.convert(c.t(0), t);
-  if (go.type.numel() == 1) return mul(b, grad, b.broadcast_in_dim(b.reshape(go, {}), {N, C}, {}));
-  return mul(b, grad, b.broadcast_in_dim(b.reshape(go, {N}), {N, C}, {0}));
+  go = go.type.numel() == 1 ? b.broadcast_in_dim(b.reshape(go, {}), {N, C}, {})
+                            : b.broadcast_in_dim(b.reshape(go, {N}), {N, C}, {0});
+  return b.convert(b.reshape(mul(b, grad, go), c.out_dims()), c.out_type());
 }
 
 // 1 / C, or 1 / (N * C) for the mean: the factor of every term of the loss
@@ -112,61 +137,34 @@ Value term_scale(Builder& b, int64_t N, int64_t C, int64_t reduction, ElementTyp
 Value multi_margin_loss_backward(Ctx& c) {
   Builder& b = c.b;
   ElementType t = compute_type(c.out_type());
-  Value x = b.convert(c.t(1), t);
-  int64_t C = x.rank() == 0 ? 1 : x.dims().back();
-  int64_t N = x.type.numel() / std::max<int64_t>(C, 1);
+  auto [x, N, C] = class_rows(b, c.t(1), t);
   if (N * C == 0) return b.constant(0, c.out());
-  x = b.reshape(x, {N, C});
-  Value tg = b.reshape(b.convert(c.t(2), ElementType::kS64), {N});
-  Value z = add(b, sub(b, operand(c, 4, t, {N, C}), b.broadcast_in_dim(pick_target(b, x, tg), {N, C}, {0})), x);
+  Value tg = b.reshape(c.t(2), {N});
+  auto [z, others] = margin_terms(b, x, tg, operand(c, 4, t, {N, C}));
   Value g = term_scale(b, N, C, c.i(6), t);
   Value p = operand(c, 3, t, {N, C});
   Value h = b.select(b.compare(Cmp::EQ, p, like(b, 1, p)), g, mul(b, mul(b, like(b, 2, g), g), z));
-  if (c.has(5)) {
-    Value w = b.convert(c.t(5), t);
-    h = mul(b, h, b.broadcast_in_dim(pick_target(b, b.broadcast_in_dim(w, {N, C}, {1}), tg), {N, C}, {0}));
-  }
-  Value is_y = b.compare(Cmp::EQ, b.iota(Type{ElementType::kS64, {N, C}}, 1), b.broadcast_in_dim(tg, {N, C}, {0}));
-  h = b.select(andv(b, notv(b, is_y), b.compare(Cmp::GT, z, like(b, 0, z))), h, like(b, 0, h));
-  Value gy = b.unary("negate", reduce_sum(b, h, {1}));
-  Value grad = b.select(is_y, b.broadcast_in_dim(gy, {N, C}, {0}), h);
-  return b.convert(b.reshape(times_grad_output(c, grad, t), c.out_dims()), c.out_type());
+  if (c.has(5)) h = mul(b, h, target_weight(c, 5, tg, N, C, t));
+  h = b.select(andv(b, others, b.compare(Cmp::GT, z, like(b, 0, z))), h, like(b, 0, h));
+  Value gy = b.broadcast_in_dim(b.unary("negate", reduce_sum(b, h, {1})), {N, C}, {0});
+  return times_grad_output(c, b.select(others, h, gy), t);
 }
 
 // multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target): every target y_j
-// (before the first negative entry) and non-target class d with z = 1 - x[y_j] + x[d] > 0 adds g to d
-// and takes g from y_j.
+// and non-target class d with z = 1 - x[y_j] + x[d] > 0 adds g to d and takes g from y_j.
 Value multilabel_margin_loss_backward(Ctx& c) {
   Builder& b = c.b;
   ElementType t = compute_type(c.out_type());
-  Value x = b.convert(c.t(1), t);
-  int64_t C = x.rank() == 0 ? 1 : x.dims().back();
-  int64_t N = x.type.numel() / std::max<int64_t>(C, 1);
+  auto [x, N, C] = class_rows(b, c.t(1), t);
   if (N * C == 0) return b.constant(0, c.out());
-  x = b.reshape(x, {N, C});
   Value tg = b.reshape(b.convert(c.t(2), ElementType::kS64), {N, C});
   Value is_target = b.compare(Cmp::NE, b.reshape(b.convert(c.t(4), t), {N, C}), like(b, 0, x));
-  Type it{ElementType::kS64, {N, C}}, it3{ElementType::kS64, {N, C, C}};
-  // valid[n, j]: no negative target at or before j
-  Value neg = b.convert(b.compare(Cmp::LT, tg, b.constant_i(0, it)), ElementType::kS64);
-  Value upto = b.compare(Cmp::LE, b.iota(it3, 2), b.iota(it3, 1));  // [n, j, k]: k <= j
-  Value negs = reduce_sum(b, b.select(upto, b.broadcast_in_dim(neg, {N, C, C}, {0, 2}), b.constant_i(0, it3)), {2});
-  Value valid = b.compare(Cmp::EQ, negs, b.constant_i(0, it));
-  // sel[n, j, d]: target j is class d
-  Value sel = andv(b, b.compare(Cmp::EQ, b.broadcast_in_dim(tg, {N, C, C}, {0, 1}), b.iota(it3, 2)),
-                   b.broadcast_in_dim(valid, {N, C, C}, {0, 1}));
-  Value xb = b.broadcast_in_dim(x, {N, C, C}, {0, 2});  // [n, j, d] = x[n, d]
-  Value xy = reduce(b, b.select(sel, xb, b.constant(-INFINITY, xb.type)), {2}, "maximum", b.scalar(-INFINITY, t));
-  Value z = add(b, sub(b, like(b, 1, xb), b.broadcast_in_dim(xy, {N, C, C}, {0, 1})), xb);
-  Value keep = andv(b, andv(b, b.broadcast_in_dim(valid, {N, C, C}, {0, 1}),
-                            notv(b, b.broadcast_in_dim(is_target, {N, C, C}, {0, 2}))),
-                    b.compare(Cmp::GT, z, like(b, 0, z)));
+  auto [sel, z, keep, targets] = label_terms(b, x, tg, is_target);
   Value ones = b.select(keep, like(b, 1, z), like(b, 0, z));
-  Value up = reduce_sum(b, ones, {1});                         // [n, d]: terms that add to class d
-  Value per_target = reduce_sum(b, ones, {2});                 // [n, j]: terms of target j
+  Value up = reduce_sum(b, ones, {1});          // [n, d]: terms that add to class d
+  Value per_target = reduce_sum(b, ones, {2});  // [n, j]: terms of target j
   Value down = reduce_sum(b, b.select(sel, b.broadcast_in_dim(per_target, {N, C, C}, {0, 1}), like(b, 0, z)), {1});
-  Value grad = mul(b, sub(b, up, down), term_scale(b, N, C, c.i(3), t));
-  return b.convert(b.reshape(times_grad_output(c, grad, t), c.out_dims()), c.out_type());
+  return times_grad_output(c, mul(b, sub(b, up, down), term_scale(b, N, C, c.i(3), t)), t);
 }
 
 const Rows rows = {
