@@ -90,6 +90,19 @@ PoolNd pool_nd(const Ctx& c, const Value& x, const Dims& out_dims, int S, size_t
 }
 
 // s64 over `od`: the input coordinate along spatial axis i of kernel tap `tap` at every output position.
+// The running maximum over a window's taps: v where it is greater than `best` or NaN (the first of equal
+// ones stays, as the CPU keeps it), with its flat index; the first tap starts it.
+void keep_max(Builder& b, Value v, Value idx, Value& best, Value& best_idx) {
+  if (!best.valid()) {
+    best = v;
+    best_idx = idx;
+    return;
+  }
+  Value take = orv(b, b.compare(Cmp::GT, v, best), isnan(b, v));
+  best = b.select(take, v, best);
+  best_idx = b.select(take, idx, best_idx);
+}
+
 Value tap_coord(Builder& b, const PoolNd& p, int i, int64_t tap, const Dims& od) {
   Type it{ElementType::kS64, od};
   Value o = b.iota(it, p.L + i);
@@ -304,14 +317,7 @@ V adaptive_max_pool_nd(Ctx& c, int S) {
       Value coord = b.broadcast_in_dim(const_i64(b, sel), od, {L + i});
       flat = flat.valid() ? add(b, mul(b, flat, b.constant_i(x.dims()[L + i], coord.type)), coord) : coord;
     }
-    if (!best.valid()) {
-      best = v;
-      best_idx = flat;
-      continue;
-    }
-    Value take = orv(b, b.compare(Cmp::GT, v, best), isnan(b, v));
-    best = b.select(take, v, best);
-    best_idx = b.select(take, flat, best_idx);
+    keep_max(b, v, flat, best, best_idx);
   }
   return V{best, best_idx};
 }
@@ -370,14 +376,7 @@ V fractional_max_pool(Ctx& c, int S) {
     }
     Value v = b.gather(xs, b.reshape(add(b, flat, base), {k, 1}), hlo::GatherDims{{}, {0}, {0}, 1}, {1}, {k});
     v = b.reshape(v, pod);
-    if (!best.valid()) {
-      best = v;
-      best_idx = flat;
-      continue;
-    }
-    Value take = orv(b, b.compare(Cmp::GT, v, best), isnan(b, v));
-    best = b.select(take, v, best);
-    best_idx = b.select(take, flat, best_idx);
+    keep_max(b, v, flat, best, best_idx);
   }
   return V{b.reshape(best, od), b.reshape(best_idx, c.out_dims(1))};
 }
