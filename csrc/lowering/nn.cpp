@@ -409,6 +409,16 @@ V embedding_backward(Ctx& c) {
   return one(res);
 }
 
+// The bag of each of n positions for bag offsets off (s64 [m]): how many offsets are <= j, minus one.
+Value bag_of_positions(Builder& b, Value off, int64_t n) {
+  const ElementType s64 = ElementType::kS64;
+  const int64_t m = off.dims()[0];
+  if (m == 0 || n == 0) return b.constant_i(-1, Type{s64, {n}});
+  Value pos = b.iota(Type{s64, {n, m}}, 0);
+  Value ge = b.convert(b.compare(Cmp::GE, pos, bcast(b, off, {n, m}, {1})), s64);
+  return sub(b, reduce_sum(b, ge, {1}), b.constant_i(1, Type{s64, {n}}));
+}
+
 // _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
 //                include_last_offset, padding_idx) -> (output, offset2bag, bag_size, max_indices)
 // Bag b holds the positions offsets[b] <= j < offsets[b + 1] (the last bag runs to the end, or ends at the
@@ -421,17 +431,11 @@ V embedding_bag(Ctx& c) {
   Value w = c.t(0);
   if (w.rank() != 2 || c.t(1).rank() != 1 || c.t(2).rank() != 1)
     throw hlo::Error("_embedding_bag: expects 2-d weight and 1-d indices and offsets");
-  const int64_t n = c.t(1).dims()[0], m = c.t(2).dims()[0], d = w.dims()[1];
+  const int64_t n = c.t(1).dims()[0], d = w.dims()[1];
   const int64_t bags = c.out_dims(0)[0], mode = c.i(4), pad = c.i(8);
   const ElementType t = compute_type(w.elem());
-  Value idx = b.convert(c.t(1), s64), off = b.convert(c.t(2), s64);
-  // bag of position j: how many offsets are <= j, minus one
-  Value bag = b.constant_i(-1, Type{s64, {n}});
-  if (m > 0 && n > 0) {
-    Value pos = b.iota(Type{s64, {n, m}}, 0);
-    Value ge = b.convert(b.compare(Cmp::GE, pos, bcast(b, off, {n, m}, {1})), s64);
-    bag = sub(b, reduce_sum(b, ge, {1}), b.constant_i(1, Type{s64, {n}}));
-  }
+  Value idx = b.convert(c.t(1), s64);
+  Value bag = bag_of_positions(b, b.convert(c.t(2), s64), n);
   Value valid = andv(b, b.compare(Cmp::GE, bag, b.constant_i(0, bag.type)), b.compare(Cmp::LT, bag, b.constant_i(bags, bag.type)));
   if (pad >= 0) valid = andv(b, valid, b.compare(Cmp::NE, idx, b.constant_i(pad, idx.type)));
   Value slot = b.reshape(b.select(valid, bag, b.constant_i(0, bag.type)), {n, 1});  // invalid ones add nothing
@@ -474,6 +478,32 @@ V embedding_bag(Ctx& c) {
     out[2] = len == bags ? counts : b.pad(counts, b.scalar_i(0, s64), {0}, {len - bags}, {0});
   }
   return out;
+}
+
+// _embedding_bag_per_sample_weights_backward(grad [B, D], weight, indices, offsets, offset2bag, mode,
+// padding_idx): sum mode only, as on the CPU; the gradient of position j's weight is grad[bag of j] .
+// weight[indices[j]], 0 at padding_idx. An empty offset2bag (the CPU's fast path leaves it so) is made from
+// the offsets.
+Value embedding_bag_per_sample_weights_backward(Ctx& c) {
+  Builder& b = c.b;
+  const ElementType s64 = ElementType::kS64;
+  if (c.i(5) != 0)
+    throw hlo::Error("embedding_bag_backward: per_sample_weights only supported for mode='sum'");
+  Value g = c.t(0), w = c.t(1);
+  const int64_t n = c.t(2).type.numel(), bags = g.dims()[0], d = g.dims()[1];
+  if (n == 0 || bags == 0) return b.constant(0, c.out());
+  const ElementType t = compute_type(c.out_type());
+  Value idx = b.reshape(b.convert(c.t(2), s64), {n});
+  Value bag = c.t(4).type.numel() == n ? b.reshape(b.convert(c.t(4), s64), {n})
+                                         : bag_of_positions(b, b.convert(c.t(3), s64), n);
+  bag = b.clamp(b.constant_i(0, bag.type), bag, b.constant_i(bags - 1, bag.type));
+  auto rows = [&](Value table, Value at) {
+    return b.convert(b.gather(table, b.reshape(at, {n, 1}), hlo::GatherDims{{1}, {0}, {0}, 1}, {1, d}, {n, d}), t);
+  };
+  Value dot = reduce_sum(b, mul(b, rows(g, bag), rows(w, idx)), {1});
+  const int64_t pad = c.i(6);
+  if (pad >= 0) dot = b.select(b.compare(Cmp::EQ, idx, b.constant_i(pad, idx.type)), b.constant(0, dot.type), dot);
+  return b.convert(dot, c.out_type());
 }
 
 // -------------------------------------------------------------------------------------- convolution
@@ -900,6 +930,8 @@ const Rows rows = {
     {{"embedding_renorm", "embedding_renorm_", "embedding_renorm.out"}, embedding_renorm},
     {{"_embedding_bag_forward_only", "_embedding_bag_forward_only.out"}, embedding_bag},
     {{"_embedding_bag", "_embedding_bag.out"}, embedding_bag},
+    {{"_embedding_bag_per_sample_weights_backward", "_embedding_bag_per_sample_weights_backward.out"},
+     [](Ctx& c) { return one(embedding_bag_per_sample_weights_backward(c)); }},
 
     {{"convolution", "convolution.out"}, convolution},
     {{"convolution_backward", "convolution_backward.out"}, convolution_backward},

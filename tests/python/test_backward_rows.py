@@ -274,3 +274,22 @@ def test_margin_loss_gradients(loss, reduction, fallback_policy):
         res.append((out.detach().cpu(), grad.cpu()))
     for got, want in zip(res[1], res[0]):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("padding_idx", [-1, 4])
+@pytest.mark.parametrize("offset2bag", ["filled", "empty"])
+def test_embedding_bag_per_sample_weights_backward(offset2bag, padding_idx, fallback_policy):
+    # the gradient of embedding_bag's per_sample_weights (sum mode): grad of the position's bag . its weight
+    # row, 0 at padding_idx; an empty offset2bag (the CPU's fast path returns it so) is made from the offsets
+    fallback_policy("error")
+    g = torch.Generator().manual_seed(5)
+    grad, weight = torch.randn(3, 4, generator=g), torch.randn(10, 4, generator=g)
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 5])
+    o2b = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2]) if offset2bag == "filled" else torch.empty(0, dtype=torch.long)
+    args = (grad, weight, indices, offsets, o2b, 0, padding_idx)
+    op = torch.ops.aten._embedding_bag_per_sample_weights_backward
+    want = op(*args)
+    got = op(*[a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]).cpu()
+    torch.testing.assert_close(got, want)
+    with pytest.raises(RuntimeError, match="per_sample_weights only supported for mode='sum'"):
+        op(*[a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args[:5]], 1, padding_idx)
