@@ -480,6 +480,17 @@ V embedding_bag(Ctx& c) {
   return out;
 }
 
+// The bag of each of n positions as embedding_bag's backwards read it: offset2bag when it has one per
+// position, else (the CPU's fast path for sums leaves it empty) from the offsets; and whether the
+// position is in one of the `bags` bags.
+std::pair<Value, Value> bags_of(Builder& b, Value offset2bag, Value offsets, int64_t n, int64_t bags) {
+  const ElementType s64 = ElementType::kS64;
+  Value bag = offset2bag.type.numel() == n ? b.reshape(b.convert(offset2bag, s64), {n})
+                                           : bag_of_positions(b, b.convert(offsets, s64), n);
+  Value in = andv(b, b.compare(Cmp::GE, bag, b.constant_i(0, bag.type)), b.compare(Cmp::LT, bag, b.constant_i(bags, bag.type)));
+  return {b.select(in, bag, b.constant_i(0, bag.type)), in};
+}
+
 // _embedding_bag_per_sample_weights_backward(grad [B, D], weight, indices, offsets, offset2bag, mode,
 // padding_idx): sum mode only, as on the CPU; the gradient of position j's weight is grad[bag of j] .
 // weight[indices[j]], 0 at padding_idx. An empty offset2bag (the CPU's fast path leaves it so) is made from
@@ -494,9 +505,7 @@ Value embedding_bag_per_sample_weights_backward(Ctx& c) {
   if (n == 0 || bags == 0) return b.constant(0, c.out());
   const ElementType t = compute_type(c.out_type());
   Value idx = b.reshape(b.convert(c.t(2), s64), {n});
-  Value bag = c.t(4).type.numel() == n ? b.reshape(b.convert(c.t(4), s64), {n})
-                                         : bag_of_positions(b, b.convert(c.t(3), s64), n);
-  bag = b.clamp(b.constant_i(0, bag.type), bag, b.constant_i(bags - 1, bag.type));
+  Value bag = bags_of(b, c.t(4), c.t(3), n, bags).first;
   auto rows = [&](Value table, Value at) {
     return b.convert(b.gather(table, b.reshape(at, {n, 1}), hlo::GatherDims{{1}, {0}, {0}, 1}, {1, d}, {n, d}), t);
   };
@@ -504,6 +513,52 @@ Value embedding_bag_per_sample_weights_backward(Ctx& c) {
   const int64_t pad = c.i(6);
   if (pad >= 0) dot = b.select(b.compare(Cmp::EQ, idx, b.constant_i(pad, idx.type)), b.constant(0, dot.type), dot);
   return b.convert(dot, c.out_type());
+}
+
+// _embedding_bag_backward(grad [B, D], indices, offsets, offset2bag, bag_size, maximum_indices,
+// num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights?, padding_idx): the weight's dense
+// gradient. Sum: grad[bag of j] (times per_sample_weights[j]) into row indices[j]; mean: divided by the
+// bag's size; max: grad[b, d] into row maximum_indices[b, d] of the bags with entries. Positions at
+// padding_idx add nothing; scale_grad_by_freq (sum and mean) divides each row by how often indices name it.
+Value embedding_bag_backward(Ctx& c) {
+  Builder& b = c.b;
+  const ElementType s64 = ElementType::kS64;
+  if (c.i(9)) throw hlo::Error("_embedding_bag_backward: sparse gradients are not supported on tpu");
+  Value g = c.t(0);
+  const int64_t bags = g.dims()[0], d = g.dims()[1], n = c.t(1).type.numel(), nw = c.i(6), mode = c.i(8);
+  const int64_t pad = c.i(11);
+  const ElementType t = compute_type(g.elem());
+  Value zeros = b.constant(0, Type{t, {nw, d}});
+  if (n == 0 || bags == 0 || d == 0 || nw == 0) return b.convert(zeros, c.out_type());
+  g = b.convert(g, t);
+  Value idx = b.reshape(b.convert(c.t(1), s64), {n});
+  Value res;
+  if (mode == 2) {
+    Value mi = b.convert(c.t(5), s64);
+    mi = b.clamp(b.constant_i(0, mi.type), mi, b.constant_i(nw - 1, mi.type));
+    Value has = bcast(b, b.compare(Cmp::GT, b.convert(c.t(4), s64), b.constant_i(0, Type{s64, {bags}})), {bags, d}, {0});
+    Value at = b.concatenate({b.reshape(mi, {bags, d, 1}), b.iota(Type{s64, {bags, d, 1}}, 1)}, 2);
+    hlo::ScatterDims sd{{}, {0, 1}, {0, 1}, 2};
+    res = b.scatter(zeros, at, b.select(has, g, like(b, 0, g)), sd, [](Builder& bb, const std::vector<Value>& a) {
+      return std::vector<Value>{bb.binary("add", a[0], a[1])};
+    });
+  } else {
+    auto [bag, valid] = bags_of(b, c.t(3), c.t(2), n, bags);
+    if (pad >= 0) valid = andv(b, valid, b.compare(Cmp::NE, idx, b.constant_i(pad, idx.type)));
+    Value rows = b.gather(g, b.reshape(bag, {n, 1}), hlo::GatherDims{{1}, {0}, {0}, 1}, {1, d}, {n, d});
+    if (c.has(10)) rows = mul(b, rows, bcast(b, b.reshape(b.convert(c.t(10), t), {n}), {n, d}, {0}));
+    if (mode == 1) {
+      Value size = b.gather(b.convert(c.t(4), t), b.reshape(bag, {n, 1}), hlo::GatherDims{{}, {0}, {0}, 1}, {1}, {n});
+      rows = div(b, rows, bcast(b, maxv(b, size, like(b, 1, size)), {n, d}, {0}));
+    }
+    rows = b.select(bcast(b, valid, {n, d}, {0}), rows, like(b, 0, rows));
+    res = scatter_add_rows(b, zeros, b.reshape(idx, {n, 1}), rows);
+    if (c.i(7)) {  // scale_grad_by_freq
+      Value counts = scatter_add_rows(b, b.constant(0, Type{t, {nw}}), b.reshape(idx, {n, 1}), b.constant(1, Type{t, {n}}));
+      res = div(b, res, bcast(b, maxv(b, counts, like(b, 1, counts)), {nw, d}, {0}));
+    }
+  }
+  return b.convert(res, c.out_type());
 }
 
 // -------------------------------------------------------------------------------------- convolution
@@ -930,6 +985,7 @@ const Rows rows = {
     {{"embedding_renorm", "embedding_renorm_", "embedding_renorm.out"}, embedding_renorm},
     {{"_embedding_bag_forward_only", "_embedding_bag_forward_only.out"}, embedding_bag},
     {{"_embedding_bag", "_embedding_bag.out"}, embedding_bag},
+    {{"_embedding_bag_backward"}, [](Ctx& c) { return one(embedding_bag_backward(c)); }},
     {{"_embedding_bag_per_sample_weights_backward", "_embedding_bag_per_sample_weights_backward.out"},
      [](Ctx& c) { return one(embedding_bag_per_sample_weights_backward(c)); }},
 

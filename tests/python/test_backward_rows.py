@@ -293,3 +293,36 @@ def test_embedding_bag_per_sample_weights_backward(offset2bag, padding_idx, fall
     torch.testing.assert_close(got, want)
     with pytest.raises(RuntimeError, match="per_sample_weights only supported for mode='sum'"):
         op(*[a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args[:5]], 1, padding_idx)
+
+
+@pytest.mark.parametrize("mode,kw", [
+    ("sum", {}), ("sum", {"per_sample_weights": True}), ("sum", {"padding_idx": 4, "scale_grad_by_freq": True}),
+    ("mean", {}), ("mean", {"padding_idx": 2}), ("mean", {"scale_grad_by_freq": True}),
+    ("max", {}), ("max", {"padding_idx": 4}), ("sum", {"include_last_offset": True}),
+], ids=["sum", "sum_weights", "sum_pad_freq", "mean", "mean_pad", "mean_freq", "max", "max_pad", "last_offset"])
+def test_embedding_bag_weight_gradient(mode, kw, fallback_policy):
+    # _embedding_bag_backward (the weight's dense gradient) against the CPU, with the fallback as an
+    # error; bags of 3, 2, 0 (empty) and 3 positions, repeated indices
+    fallback_policy("error")
+    g = torch.Generator().manual_seed(6)
+    weight = torch.randn(10, 4, generator=g)
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 5, 5])
+    psw = torch.rand(8, generator=g) if kw.get("per_sample_weights") else None
+    freq = kw.get("scale_grad_by_freq", False)
+    res = []
+    for dev in ("cpu", "tpu"):
+        w = weight.to(dev).requires_grad_()
+        # scale_grad_by_freq on the CPU: its embedding_bag kernel divides the rows by the counts of the
+        # wrong indices (counts[sorted_indices[i]] for the i-th distinct index; rows 3 and 9 here get 1/2
+        # though each is named once). The expected gradient is the CPU's unscaled one divided by each row's
+        # count, as embedding's scale_grad_by_freq (and this option's documentation) define it.
+        args = dict(kw, per_sample_weights=None if psw is None else psw.to(dev),
+                    scale_grad_by_freq=freq and dev == "tpu")
+        out = F.embedding_bag(indices.to(dev), w, offsets.to(dev), mode=mode, **args)
+        cot = torch.linspace(-1, 2, out.numel()).reshape(out.shape).to(dev)
+        (grad,) = torch.autograd.grad((out * cot).sum(), w)
+        if freq and dev == "cpu":
+            grad = grad / torch.bincount(indices, minlength=10).clamp(min=1).unsqueeze(1)
+        res.append((out.detach().cpu(), grad.cpu()))
+    for got, want in zip(res[1], res[0]):
+        torch.testing.assert_close(got, want)
