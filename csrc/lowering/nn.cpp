@@ -536,7 +536,9 @@ Value embedding_bag_backward(Ctx& c) {
   if (mode == 2) {
     Value mi = b.convert(c.t(5), s64);
     mi = b.clamp(b.constant_i(0, mi.type), mi, b.constant_i(nw - 1, mi.type));
-    Value has = bcast(b, b.compare(Cmp::GT, b.convert(c.t(4), s64), b.constant_i(0, Type{s64, {bags}})), {bags, d}, {0});
+    Value size = b.convert(c.t(4), s64);  // one per offset: with include_last_offset one past the bags
+    if (size.dims()[0] != bags) size = b.slice(size, {0}, {bags}, {1});
+    Value has = bcast(b, b.compare(Cmp::GT, size, b.constant_i(0, size.type)), {bags, d}, {0});
     Value at = b.concatenate({b.reshape(mi, {bags, d, 1}), b.iota(Type{s64, {bags, d, 1}}, 1)}, 2);
     hlo::ScatterDims sd{{}, {0, 1}, {0, 1}, 2};
     res = b.scatter(zeros, at, b.select(has, g, like(b, 0, g)), sd, [](Builder& bb, const std::vector<Value>& a) {

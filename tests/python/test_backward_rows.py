@@ -299,7 +299,9 @@ def test_embedding_bag_per_sample_weights_backward(offset2bag, padding_idx, fall
     ("sum", {}), ("sum", {"per_sample_weights": True}), ("sum", {"padding_idx": 4, "scale_grad_by_freq": True}),
     ("mean", {}), ("mean", {"padding_idx": 2}), ("mean", {"scale_grad_by_freq": True}),
     ("max", {}), ("max", {"padding_idx": 4}), ("sum", {"include_last_offset": True}),
-], ids=["sum", "sum_weights", "sum_pad_freq", "mean", "mean_pad", "mean_freq", "max", "max_pad", "last_offset"])
+    ("mean", {"include_last_offset": True}), ("max", {"include_last_offset": True}),
+], ids=["sum", "sum_weights", "sum_pad_freq", "mean", "mean_pad", "mean_freq", "max", "max_pad", "last_offset",
+        "mean_last_offset", "max_last_offset"])
 def test_embedding_bag_weight_gradient(mode, kw, fallback_policy):
     # _embedding_bag_backward (the weight's dense gradient) against the CPU, with the fallback as an
     # error; bags of 3, 2, 0 (empty) and 3 positions, repeated indices
@@ -307,6 +309,8 @@ def test_embedding_bag_weight_gradient(mode, kw, fallback_policy):
     g = torch.Generator().manual_seed(6)
     weight = torch.randn(10, 4, generator=g)
     indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 5, 5])
+    if kw.get("include_last_offset"):  # the offsets then end with the number of indices
+        offsets = torch.tensor([0, 3, 5, 5, 8])
     psw = torch.rand(8, generator=g) if kw.get("per_sample_weights") else None
     freq = kw.get("scale_grad_by_freq", False)
     res = []
