@@ -204,6 +204,13 @@ Dims iota_dims(int64_t lo, int64_t hi) {
   return d;
 }
 
+Value scatter_add_rows(Builder& b, Value zeros, Value idx, Value updates) {
+  hlo::ScatterDims sd{iota_dims(1, updates.rank()), {0}, {0}, 1};
+  return b.scatter(zeros, idx, updates, sd, [](Builder& bb, const std::vector<Value>& a) {
+    return std::vector<Value>{bb.binary("add", a[0], a[1])};
+  });
+}
+
 Value const_i64(Builder& b, const std::vector<int64_t>& v) {
   if (v.empty()) return b.constant_i(0, Type{ElementType::kS64, {0}});
   std::string s = "value = dense<[";

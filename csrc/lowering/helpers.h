@@ -100,6 +100,8 @@ ElementType compute_type(ElementType t);
 
 int64_t numel(const Dims& d);
 Dims iota_dims(int64_t lo, int64_t hi);  // {lo, ..., hi - 1}
+// Sums rows of `updates` [K, ...] into `zeros` at `idx` [K, 1] along dim 0.
+Value scatter_add_rows(Builder& b, Value zeros, Value idx, Value updates);
 
 // 1-d constants: s64 values, and f32/f64 values written exactly (as bit patterns).
 Value const_i64(Builder& b, const std::vector<int64_t>& v);
