@@ -226,6 +226,14 @@ std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids)
   return p;
 }
 
+void GraphProgram::retire_donated(std::vector<pjrt::BufferPtr>& kept, const std::vector<pjrt::BufferPtr>& outs) const {
+  std::vector<pjrt::BufferPtr> donated;
+  for (size_t i = 0; i < inputs_.size() && i < kept.size(); ++i)
+    if (inputs_[i].donor) donated.push_back(std::move(kept[i]));
+  kept.clear();
+  if (!outs.empty()) pjrt::Buffer::retire_after(std::move(donated), outs.front());
+}
+
 std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs) const {
   return run_writing(inputs, {}).first;
 }
@@ -268,7 +276,7 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
   }
   std::shared_ptr<const DeferredError> failure;
   std::vector<pjrt::BufferPtr> outs = torch_pjrt::run(*exe_, device, args, name_.c_str(), &failure);
-  keep.clear();
+  retire_donated(keep, outs);
   std::vector<char> swapped(outputs_.size(), 0);
   Writes unswapped;
   if (!failure) {
@@ -323,7 +331,9 @@ std::vector<pjrt::BufferPtr> GraphProgram::run_buffers(int device, std::vector<p
     }
     args.push_back(keep.back().get());
   }
-  return torch_pjrt::run(*exe_, device, args, name_.c_str(), failure);
+  std::vector<pjrt::BufferPtr> outs = torch_pjrt::run(*exe_, device, args, name_.c_str(), failure);
+  retire_donated(keep, outs);
+  return outs;
 }
 
 bool swap_base(const at::Tensor& dst, pjrt::BufferPtr buffer) {

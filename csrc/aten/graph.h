@@ -49,6 +49,9 @@ class GraphProgram {
 
  private:
   friend class GraphBuilder;
+  // Drops `kept` (the run's inputs), except the donated ones: those go to pjrt::Buffer::retire_after,
+  // so that the launch does not wait for the run (a donated buffer's destroy waits for it).
+  void retire_donated(std::vector<pjrt::BufferPtr>& kept, const std::vector<pjrt::BufferPtr>& outs) const;
   struct Input {
     bool rng;   // the device generator's next state (one per random node)
     int index;  // tensor input index

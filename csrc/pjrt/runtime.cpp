@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <deque>
 #include <mutex>
 
 #include "pjrt/compile_options.h"
@@ -218,7 +219,69 @@ void destroy_event(const Plugin& plugin, abi::Event* event) {
   }
 }
 
+struct Retired {
+  const Plugin* plugin;
+  int device;
+  abi::Event* ready;  // an output of the run the buffers were donated to
+  std::vector<BufferPtr> buffers;
+};
+std::mutex retired_mu;
+std::deque<Retired>& retired() {  // never destroyed: buffers must not outlive the client at exit
+  static auto* q = new std::deque<Retired>;
+  return *q;
+}
+
+bool event_ready(const Plugin& plugin, abi::Event* event) {
+  abi::EventIsReadyArgs args{};
+  args.event = event;
+  try {
+    plugin.call(abi::kEventIsReady, args, "PJRT_Event_IsReady");
+  } catch (...) {
+    return true;  // an event we cannot query: the buffers' destroy waits, as it would have
+  }
+  return args.is_ready;
+}
+
+// Frees the buffers of the runs that are done, and with `device` >= 0 those of every run on that device
+// (await_newest waited for them). Beyond kMaxRetired runs the oldest are freed anyway (waiting for
+// them). The buffers are freed outside the lock.
+void sweep_retired(int device) {
+  std::vector<Retired> done;
+  {
+    std::lock_guard<std::mutex> lock(retired_mu);
+    auto& q = retired();
+    for (auto it = q.begin(); it != q.end();) {
+      if (it->device == device || q.size() > Buffer::kMaxRetired || event_ready(*it->plugin, it->ready)) {
+        done.push_back(std::move(*it));
+        it = q.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& r : done) {
+    destroy_event(*r.plugin, r.ready);
+    r.buffers.clear();
+  }
+}
+
 }  // namespace
+
+void Buffer::retire_after(std::vector<BufferPtr> donated, const BufferPtr& output) {
+  if (donated.empty()) return;
+  abi::BufferReadyEventArgs ready{};
+  ready.buffer = output->handle_;
+  try {
+    output->client_.plugin().call(abi::kBufferReadyEvent, ready, "PJRT_Buffer_ReadyEvent");
+  } catch (...) {
+    return;  // the buffers are freed here, waiting for the run as before
+  }
+  {
+    std::lock_guard<std::mutex> lock(retired_mu);
+    retired().push_back({&output->client_.plugin(), output->device_, ready.event, std::move(donated)});
+  }
+  sweep_retired(-1);
+}
 
 void Buffer::set_newest(const std::shared_ptr<Buffer>& buffer) {
   Newest& n = newest[buffer->device_ % kMaxDevices];
@@ -246,8 +309,12 @@ void Buffer::await_newest(int device) {
       plugin = n.orphan_plugin;
     }
   }
-  if (last) return last->await();
-  if (orphan) await_event(*plugin, orphan, std::string("asynchronous error in op '") + producer + "'");
+  if (last) {
+    last->await();
+  } else if (orphan) {
+    await_event(*plugin, orphan, std::string("asynchronous error in op '") + producer + "'");
+  }
+  sweep_retired(device);  // every run issued on the device so far is done
 }
 
 Buffer::~Buffer() {

@@ -112,6 +112,13 @@ class Buffer {
   static void set_newest(const std::shared_ptr<Buffer>& buffer);
   static void await_newest(int device);
 
+  // Inputs donated to a program that may still run: PJRT_Buffer_Destroy of a donated buffer waits for
+  // the program (its donation hold lasts the run), so dropping the last reference at launch would make
+  // every donating launch synchronous. They are kept until `output` (an output of that run) is ready,
+  // checked without waiting at later retires and at await_newest; at most kMaxRetired runs are held.
+  static void retire_after(std::vector<std::shared_ptr<Buffer>> donated, const std::shared_ptr<Buffer>& output);
+  static constexpr size_t kMaxRetired = 64;
+
   // Live buffers and bytes, in total or on one device, and the peak of live bytes per device.
   static int64_t live_count();
   static int64_t live_bytes();

@@ -109,6 +109,9 @@ class _Lowering:
         self.mutations = []  # (arg index, value id)
         self.host_writes = []  # (arg index, node): mutations of CPU inputs, computed on the host
         self.meta = {}
+        # node -> meta view of its placeholder's contiguous meta tensor: nodes that are views of a graph
+        # input (a weight's transpose saved for the backward); returned as views of the argument, not copied
+        self.aliases = {}
         self.placeholders = {}  # placeholder node -> its argument index
         self.pack_ids = {}  # dtype -> value id of the program input packing 0-d CPU inputs of that dtype
 
@@ -136,6 +139,8 @@ class _Lowering:
                 elif isinstance(val, torch.Tensor):
                     self.ids[node] = self.g.input(val.dtype, _static_shape(val, node.name), node in donors)
                     self.inputs.append(("arg", placeholder))
+                    if _is_tpu(val) and val.is_contiguous():
+                        self.aliases[node] = self.meta_of(node)
                 elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
                     raise Unsupported(f"symbolic input {node.name}")
                 else:
@@ -154,6 +159,11 @@ class _Lowering:
             else:
                 raise Unsupported(f"{node.op} node {node.target}")
         return self.finish(out_node)
+
+    def alias_root(self, node):
+        while node.op != "placeholder":
+            node = node.args[0]
+        return node
 
     def placeholder_index(self, node):
         return [n for n in self.gm.graph.nodes if n.op == "placeholder"].index(node)
@@ -306,6 +316,8 @@ class _Lowering:
             rest.append(v)
         out = node.target(base, *rest, **node.kwargs)
         i = self.ids[src]
+        if src in self.aliases and not isinstance(out, (list, tuple)) and out.dtype == base.dtype:
+            self.aliases[node] = node.target(self.aliases[src], *rest, **node.kwargs)
 
         def one(t):
             return self.g.view(i, list(t.shape), list(t.stride()), t.storage_offset(), t.dtype)
@@ -371,8 +383,14 @@ class _Lowering:
         single = not isinstance(results, (list, tuple))
         results = [results] if single else list(results)
         program_ids, template = [], []
+        written = {index for index, _ in self.mutations} | {index for index, _ in self.host_writes}
         for r in results:
-            if isinstance(r, torch.fx.Node) and isinstance(self.ids.get(r), int):
+            alias = self.aliases.get(r) if isinstance(r, torch.fx.Node) else None
+            if alias is not None and self.placeholders[self.alias_root(r)] not in written:
+                # an input, or a view of one, that the graph does not write: the argument's own view
+                template.append(("alias", (self.placeholders[self.alias_root(r)], list(alias.shape),
+                                           list(alias.stride()), alias.storage_offset())))
+            elif isinstance(r, torch.fx.Node) and isinstance(self.ids.get(r), int):
                 template.append(("out", len(program_ids)))
                 program_ids.append(self.ids[r])
             elif isinstance(r, torch.fx.Node) and r in self.py:
@@ -426,6 +444,11 @@ class _Compiled:
             c[key] = t.detach().to(device)
         return c[key]
 
+    @staticmethod
+    def _alias(args, index, sizes, strides, offset):
+        a = args[index]
+        return a.as_strided(sizes, strides, a.storage_offset() + offset)
+
     def __call__(self, args):
         device = args[self.device_arg].device if self.device_arg is not None else torch.device("tpu")
         if self.plain:
@@ -453,7 +476,10 @@ class _Compiled:
                     args[index].copy_(v)
         if self.all_out:
             return outs[0] if self.single else outs[: len(self.outs)]
-        result = [outs[v] if kind == "out" else v for kind, v in self.template]
+        result = [
+            outs[v] if kind == "out" else self._alias(args, *v) if kind == "alias" else v
+            for kind, v in self.template
+        ]
         return result[0] if self.single else result
 
 
