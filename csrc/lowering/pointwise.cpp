@@ -110,7 +110,8 @@ Value power(Ctx& c) {
   return pjrt::is_integral(c.out_type()) ? int_pow(c.b, x, e) : c.b.binary("power", x, e);
 }
 
-// pow(Tensor, Scalar): the CPU kernels of f32, f64, bf16 and complex results take sqrt, rsqrt and
+// pow(Tensor, Scalar): ATen copies x for the exponent 1 (pow's backward takes x.pow(exponent - 1)) and
+// fills 1 for 0, NaN included; the CPU kernels of f32, f64, bf16 and complex results take sqrt, rsqrt and
 // reciprocal for the exponents 0.5, -0.5 and -1 (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where C's pow
 // gives 0.0 and inf), and those of f32, f64 and bf16 x * x, x * x * x and 1 / (x * x) for 2, 3 and -2
 // (rounding each product: bf16 differs from pow there); f16 and integers use pow. The exponent is a
@@ -125,6 +126,8 @@ Value pow_tensor_scalar(Ctx& c) {
   auto recip = [&](Builder& bb, Value v) { return bb.binary("divide", like(bb, 1, v), v); };
   // (exponent, its branch); the last branch is the general pow
   std::vector<std::pair<double, Builder::Body>> special = {
+      {1, [&](Builder&, const V&) { return V{x}; }},
+      {0, [&](Builder& bb, const V&) { return V{like(bb, 1, x)}; }},
       {-1, [&](Builder& bb, const V&) { return V{recip(bb, x)}; }},
       {-0.5, [&](Builder& bb, const V&) { return V{bb.unary("rsqrt", x)}; }},
       {0.5, [&](Builder& bb, const V&) { return V{bb.unary("sqrt", x)}; }},
