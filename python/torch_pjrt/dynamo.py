@@ -387,9 +387,13 @@ class _Lowering:
         for r in results:
             alias = self.aliases.get(r) if isinstance(r, torch.fx.Node) else None
             if alias is not None and self.placeholders[self.alias_root(r)] not in written:
-                # an input, or a view of one, that the graph does not write: the argument's own view
-                template.append(("alias", (self.placeholders[self.alias_root(r)], list(alias.shape),
-                                           list(alias.stride()), alias.storage_offset())))
+                # an input, or a view of one, that the graph does not write: the argument, or its own view
+                index = self.placeholders[self.alias_root(r)]
+                if r.op == "placeholder":
+                    template.append(("arg", index))
+                else:
+                    template.append(("alias", (index, list(alias.shape), list(alias.stride()),
+                                               alias.storage_offset())))
             elif isinstance(r, torch.fx.Node) and isinstance(self.ids.get(r), int):
                 template.append(("out", len(program_ids)))
                 program_ids.append(self.ids[r])
@@ -477,7 +481,7 @@ class _Compiled:
         if self.all_out:
             return outs[0] if self.single else outs[: len(self.outs)]
         result = [
-            outs[v] if kind == "out" else self._alias(args, *v) if kind == "alias" else v
+            outs[v] if kind == "out" else args[v] if kind == "arg" else self._alias(args, *v) if kind == "alias" else v
             for kind, v in self.template
         ]
         return result[0] if self.single else result
