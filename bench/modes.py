@@ -8,7 +8,7 @@ step of the first two; a static-cache decode step of the tiny Llama at batch 1 a
 process start to the tiny Llama's first logits on "tpu", with an empty and with a warm on-disk program
 cache.
 
-    python bench/modes.py [--steps 100] [--only llama]
+    python bench/modes.py [--steps 30] [--only llama]
 """
 
 import argparse
@@ -254,8 +254,9 @@ def cold_start():
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=100,
-                        help="steps per timed sample (3 samples, median); programs run asynchronously, so a short sample weighs the final drain")
+    parser.add_argument("--steps", type=int, default=30,
+                        help="steps per timed sample (3 samples, median; programs run asynchronously, so a short "
+                        "sample weighs the final drain more)")
     parser.add_argument("--cpu-threads", type=int, default=1,
                         help="torch CPU threads (1: on a shared machine, spinning OpenMP workers distort CPU eager)")
     parser.add_argument("--only", choices=["mlp", "transformer", "llama", "cold"], default=None)
