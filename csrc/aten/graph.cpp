@@ -276,7 +276,6 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
   }
   std::shared_ptr<const DeferredError> failure;
   std::vector<pjrt::BufferPtr> outs = torch_pjrt::run(*exe_, device, args, name_.c_str(), &failure);
-  retire_donated(keep, outs);
   std::vector<char> swapped(outputs_.size(), 0);
   Writes unswapped;
   if (!failure) {
@@ -296,6 +295,7 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
   } else {
     unswapped = writes;
   }
+  retire_donated(keep, outs);  // after the swaps: the storages no longer hold the donated buffers
   std::vector<at::Tensor> results;
   results.reserve(outputs_.size());
   for (size_t o = 0; o < outputs_.size(); ++o) {

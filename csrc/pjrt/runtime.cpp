@@ -269,6 +269,8 @@ void sweep_retired(int device) {
 
 void Buffer::retire_after(std::vector<BufferPtr> donated, const BufferPtr& output) {
   if (donated.empty()) return;
+  // The program owns their memory now: the live statistics stop counting them here, not when they go.
+  for (const auto& b : donated) b->untrack();
   abi::BufferReadyEventArgs ready{};
   ready.buffer = output->handle_;
   try {

@@ -116,6 +116,7 @@ class Buffer {
   // the program (its donation hold lasts the run), so dropping the last reference at launch would make
   // every donating launch synchronous. They are kept until `output` (an output of that run) is ready,
   // checked without waiting at later retires and at await_newest; at most kMaxRetired runs are held.
+  // They leave the live statistics at once (the program owns their memory).
   static void retire_after(std::vector<std::shared_ptr<Buffer>> donated, const std::shared_ptr<Buffer>& output);
   static constexpr size_t kMaxRetired = 64;
 
