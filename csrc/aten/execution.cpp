@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "aten/errors.h"
 #include "aten/fused.h"
@@ -66,6 +67,21 @@ void raise_deferred(const DeferredError& e) {
   TORCH_CHECK(false, "tpu: ", e.op, " failed (an earlier asynchronous op; reported at this sync point): ", e.message);
 }
 
+namespace {
+
+// A launch that failed at once: remembered for the next synchronize, returned to the caller.
+void defer_failure(const char* op, const pjrt::Error& e, int device, std::shared_ptr<const DeferredError>* failure) {
+  auto err = std::make_shared<DeferredError>(DeferredError{op, e.what(), e.code() == pjrt::Code::kResourceExhausted});
+  {
+    std::lock_guard<std::mutex> lock(pending_mu);
+    auto& slot = pending[device % pjrt::Buffer::kMaxDevices];
+    if (!slot) slot = err;
+  }
+  *failure = std::move(err);
+}
+
+}  // namespace
+
 std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const std::vector<const pjrt::Buffer*>& args,
                                  const char* op, std::shared_ptr<const DeferredError>* failure) {
   std::vector<pjrt::BufferPtr> outs;
@@ -76,18 +92,45 @@ std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const 
     }
   } catch (const pjrt::Error& e) {
     if (launch_blocking()) rethrow_pjrt(op, e);
-    auto err = std::make_shared<DeferredError>(DeferredError{op, e.what(), e.code() == pjrt::Code::kResourceExhausted});
-    {
-      std::lock_guard<std::mutex> lock(pending_mu);
-      auto& slot = pending[device % pjrt::Buffer::kMaxDevices];
-      if (!slot) slot = err;
-    }
-    *failure = std::move(err);
+    defer_failure(op, e, device, failure);
     return {};
   }
   metrics().executions.fetch_add(1, std::memory_order_relaxed);
   if (!outs.empty()) pjrt::Buffer::set_newest(outs.front());
   return outs;
+}
+
+std::vector<pjrt::BufferPtr> run_dispatched(const pjrt::ExecutablePtr& exe, int device, std::vector<pjrt::BufferPtr> args,
+                                            std::vector<char> donated, const char* op,
+                                            std::shared_ptr<const DeferredError>* failure) {
+  if (launch_blocking() || !pjrt::Executable::dispatching()) {
+    std::vector<const pjrt::Buffer*> raw;
+    raw.reserve(args.size());
+    for (const auto& a : args) raw.push_back(a.get());
+    std::vector<pjrt::BufferPtr> outs = run(*exe, device, raw, op, failure);
+    std::vector<pjrt::BufferPtr> gone;
+    for (size_t i = 0; i < args.size() && i < donated.size(); ++i)
+      if (donated[i]) gone.push_back(std::move(args[i]));
+    args.clear();
+    if (!outs.empty()) pjrt::Buffer::retire_after(std::move(gone), outs.front());
+    return outs;
+  }
+  std::vector<pjrt::BufferPtr> outs;
+  try {
+    outs = pjrt::Executable::dispatch(exe, device, std::move(args), std::move(donated), op);
+  } catch (const pjrt::Error& e) {
+    defer_failure(op, e, device, failure);
+    return {};
+  }
+  metrics().executions.fetch_add(1, std::memory_order_relaxed);
+  return outs;
+}
+
+const char* intern_label(const std::string& label) {
+  static std::mutex mu;
+  static auto* labels = new std::unordered_set<std::string>;  // never freed: buffers keep the pointers
+  std::lock_guard<std::mutex> lock(mu);
+  return labels->insert(label).first->c_str();
 }
 
 void synchronize(int device) {

@@ -30,6 +30,17 @@ struct DeferredError;
 std::vector<pjrt::BufferPtr> run(const pjrt::Executable& exe, int device, const std::vector<const pjrt::Buffer*>& args,
                                  const char* op, std::shared_ptr<const DeferredError>* failure);
 
+// run() for a program of many ops, through the dispatch thread (pjrt::Executable::dispatch): returns at
+// once. `args` are owned by the launch; those marked in `donated` are freed when the run is done. Without
+// the dispatch thread (TORCH_PJRT_DISPATCH=0, or launch blocking) it is run() on this thread.
+std::vector<pjrt::BufferPtr> run_dispatched(const pjrt::ExecutablePtr& exe, int device, std::vector<pjrt::BufferPtr> args,
+                                            std::vector<char> donated, const char* op,
+                                            std::shared_ptr<const DeferredError>* failure);
+
+// A copy of `label` that lives as long as the process (an op name for buffers, which may outlive whoever
+// named them); the same pointer for the same text.
+const char* intern_label(const std::string& label);
+
 // Waits for everything issued so far on `device` (torch.tpu.synchronize); raises a pending failure.
 void synchronize(int device);
 [[noreturn]] void raise_deferred(const DeferredError& e);

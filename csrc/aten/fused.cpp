@@ -217,6 +217,7 @@ void flush_locked() {
   if (!program) {
     try {
       program = build(s, outs);
+      program->set_label(describe(s));  // an asynchronous failure names the stream's ops
     } catch (const std::exception& e) {
       poison(outs, std::make_shared<DeferredError>(DeferredError{describe(s), e.what()}));
       TORCH_CHECK(false, "tpu: ", e.what());

@@ -210,6 +210,7 @@ int GraphBuilder::cast(int id, const OutSpec& spec) {
 std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids) {
   auto p = std::make_shared<GraphProgram>();
   p->name_ = name_;
+  p->label_ = intern_label(name_);
   std::vector<hlo::Value> results;
   std::vector<pjrt::TensorSpec> in_specs, out_specs;
   for (int id : ids) {
@@ -226,12 +227,13 @@ std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids)
   return p;
 }
 
-void GraphProgram::retire_donated(std::vector<pjrt::BufferPtr>& kept, const std::vector<pjrt::BufferPtr>& outs) const {
-  std::vector<pjrt::BufferPtr> donated;
-  for (size_t i = 0; i < inputs_.size() && i < kept.size(); ++i)
-    if (inputs_[i].donor) donated.push_back(std::move(kept[i]));
-  kept.clear();
-  if (!outs.empty()) pjrt::Buffer::retire_after(std::move(donated), outs.front());
+void GraphProgram::set_label(const std::string& label) { label_ = intern_label(label); }
+
+std::vector<pjrt::BufferPtr> GraphProgram::launch(int device, std::vector<pjrt::BufferPtr> args,
+                                                  std::shared_ptr<const DeferredError>* failure) const {
+  std::vector<char> donated(inputs_.size(), 0);
+  for (size_t i = 0; i < inputs_.size(); ++i) donated[i] = inputs_[i].donor;
+  return run_dispatched(exe_, device, std::move(args), std::move(donated), label_, failure);
 }
 
 std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs) const {
@@ -258,9 +260,7 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
   for (const auto& w : writes)
     if (w.first >= 0 && w.first < static_cast<int64_t>(inputs.size())) written[w.first] = 1;
   std::vector<pjrt::BufferPtr> keep;
-  std::vector<const pjrt::Buffer*> args;
   keep.reserve(inputs_.size());
-  args.reserve(inputs_.size());
   for (const auto& in : inputs_) {
     TORCH_CHECK(in.scalar < 0, name_, ": run-time scalar inputs need run_buffers");
     keep.push_back(in.rng ? next_rng_state(device, std::nullopt) : dense_input(inputs[in.index], in.spec));
@@ -269,13 +269,12 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
     if (in.donor) {
       const pjrt::BufferPtr& b = keep.back();
       bool base = b == handle_of(inputs[in.index]).buffer;
-      if (base ? !(written[in.index] && b.use_count() == 2) : b.use_count() != 1)
+      if (base ? !(written[in.index] && pjrt::Buffer::holders(b) == 2) : pjrt::Buffer::holders(b) != 1)
         keep.back() = copy_buffer(*b, device);
     }
-    args.push_back(keep.back().get());
   }
   std::shared_ptr<const DeferredError> failure;
-  std::vector<pjrt::BufferPtr> outs = torch_pjrt::run(*exe_, device, args, name_.c_str(), &failure);
+  std::vector<pjrt::BufferPtr> outs = launch(device, std::move(keep), &failure);
   std::vector<char> swapped(outputs_.size(), 0);
   Writes unswapped;
   if (!failure) {
@@ -295,7 +294,6 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
   } else {
     unswapped = writes;
   }
-  retire_donated(keep, outs);  // after the swaps: the storages no longer hold the donated buffers
   std::vector<at::Tensor> results;
   results.reserve(outputs_.size());
   for (size_t o = 0; o < outputs_.size(); ++o) {
@@ -315,9 +313,7 @@ std::vector<pjrt::BufferPtr> GraphProgram::run_buffers(int device, std::vector<p
   TORCH_CHECK(tensors.size() == num_tensor_inputs_, name_, ": ", tensors.size(), " inputs, expected ",
               num_tensor_inputs_);
   std::vector<pjrt::BufferPtr> keep;
-  std::vector<const pjrt::Buffer*> args;
   keep.reserve(inputs_.size());
-  args.reserve(inputs_.size());
   for (const auto& in : inputs_) {
     if (in.rng) {
       keep.push_back(next_rng_state(device, std::nullopt));
@@ -327,13 +323,10 @@ std::vector<pjrt::BufferPtr> GraphProgram::run_buffers(int device, std::vector<p
       keep.push_back(scalar_buffer(device, in.spec.type, scalars[in.scalar].second));
     } else {
       keep.push_back(std::move(tensors[in.index]));
-      if (in.donor && keep.back().use_count() != 1) keep.back() = copy_buffer(*keep.back(), device);
+      if (in.donor && pjrt::Buffer::holders(keep.back()) != 1) keep.back() = copy_buffer(*keep.back(), device);
     }
-    args.push_back(keep.back().get());
   }
-  std::vector<pjrt::BufferPtr> outs = torch_pjrt::run(*exe_, device, args, name_.c_str(), failure);
-  retire_donated(keep, outs);
-  return outs;
+  return launch(device, std::move(keep), failure);
 }
 
 bool swap_base(const at::Tensor& dst, pjrt::BufferPtr buffer) {

@@ -40,6 +40,8 @@ class GraphProgram {
   std::pair<std::vector<at::Tensor>, Writes> run_writing(const std::vector<at::Tensor>& inputs,
                                                          const Writes& writes) const;
   size_t num_inputs() const { return num_tensor_inputs_; }
+  // Names the program in its outputs' errors ("a fused eager stream of 3 ops (...)").
+  void set_label(const std::string& label);
   // Fused eager: runs on `tensors` (tensor input i's buffer, exactly its spec; a donor's is donated when
   // the caller passed the only reference, else copied) and `scalars` (the run-time scalar inputs of a
   // builder with runtime_scalars, in order). Returns the output buffers, or none and sets `failure`.
@@ -49,9 +51,10 @@ class GraphProgram {
 
  private:
   friend class GraphBuilder;
-  // Drops `kept` (the run's inputs), except the donated ones: those go to pjrt::Buffer::retire_after,
-  // so that the launch does not wait for the run (a donated buffer's destroy waits for it).
-  void retire_donated(std::vector<pjrt::BufferPtr>& kept, const std::vector<pjrt::BufferPtr>& outs) const;
+  // Runs the program on `args` (one per program input) through the dispatch thread; the donated inputs
+  // are freed when the run is done.
+  std::vector<pjrt::BufferPtr> launch(int device, std::vector<pjrt::BufferPtr> args,
+                                      std::shared_ptr<const DeferredError>* failure) const;
   struct Input {
     bool rng;   // the device generator's next state (one per random node)
     int index;  // tensor input index
@@ -60,6 +63,7 @@ class GraphProgram {
     int scalar = -1;     // a run-time scalar input (runtime_scalars): its index in run_buffers' scalars
   };
   std::string name_;
+  const char* label_ = "";  // what its outputs' errors name (interned): name_, or a fused stream's ops
   pjrt::ExecutablePtr exe_;
   std::vector<Input> inputs_;
   size_t num_tensor_inputs_ = 0;

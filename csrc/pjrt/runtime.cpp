@@ -1,11 +1,16 @@
 #include "pjrt/runtime.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <thread>
 
 #include "pjrt/compile_options.h"
 
@@ -175,8 +180,15 @@ void Buffer::reset_peak_bytes(int device) {
 
 Buffer::Buffer(const Client& client, abi::Buffer* handle, ElementType type, std::vector<int64_t> dims,
                int device, const char* producer)
+    : Buffer(client, Pending{}, type, std::move(dims), device, producer, 0) {
+  handle_.store(handle, std::memory_order_relaxed);
+}
+
+Buffer::Buffer(const Client& client, Pending, ElementType type, std::vector<int64_t> dims, int device,
+               const char* producer, uint64_t ticket)
     : client_(client),
-      handle_(handle),
+      handle_(nullptr),
+      ticket_(ticket),
       type_(type),
       dims_(std::move(dims)),
       numel_(product(dims_)),
@@ -208,7 +220,109 @@ struct Newest {
   const char* orphan_producer = "";
   const Plugin* orphan_plugin = nullptr;
 };
-Newest newest[Buffer::kMaxDevices];
+// [0]: launches from the calling threads, [1]: from the dispatch thread. Each list is in Execute order;
+// between them the order is unknown, so a synchronize waits for the newest of both.
+Newest newest[2][Buffer::kMaxDevices];
+
+// The dispatch thread: runs launches in the order they were submitted. Started on first use, stopped
+// (after the queued launches) at exit.
+class Dispatcher {
+ public:
+  static Dispatcher& get() {
+    static Dispatcher* d = [] {
+      auto* p = new Dispatcher;  // never destroyed: launches may still be queued while statics go
+      std::atexit([] { get().stop(); });
+      // A forked child has no dispatch thread (nor the plugin's threads): it launches nothing through it
+      pthread_atfork(nullptr, nullptr, [] { forked_.store(true); });
+      return p;
+    }();
+    return *d;
+  }
+  static bool started() { return started_.load(std::memory_order_acquire); }
+  static bool forked() { return forked_.load(std::memory_order_relaxed); }
+
+  uint64_t submit(std::function<void()> task) {
+    uint64_t ticket;
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ticket = ++issued_;
+      queue_.emplace_back(ticket, std::move(task));
+      wake = idle_;
+    }
+    if (wake) work_cv_.notify_one();
+    return ticket;
+  }
+
+  void wait(uint64_t ticket) {
+    if (done_.load(std::memory_order_acquire) >= ticket) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    ++waiters_;
+    done_cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire) >= ticket; });
+    --waiters_;
+  }
+
+  void drain() {
+    uint64_t last;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last = issued_;
+    }
+    wait(last);
+  }
+
+ private:
+  Dispatcher() {
+    thread_ = std::thread([this] { loop(); });
+    started_.store(true, std::memory_order_release);
+  }
+
+  void loop() {
+    for (;;) {
+      std::pair<uint64_t, std::function<void()>> next;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        while (queue_.empty() && !stop_) {
+          idle_ = true;
+          work_cv_.wait(lock);
+          idle_ = false;
+        }
+        if (queue_.empty()) return;
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      next.second();  // never throws: the task records its failure in its outputs
+      next.second = nullptr;
+      done_.store(next.first, std::memory_order_release);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waiters_) done_cv_.notify_all();
+    }
+  }
+
+  void stop() {
+    if (forked()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    work_cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<std::pair<uint64_t, std::function<void()>>> queue_;
+  uint64_t issued_ = 0;
+  std::atomic<uint64_t> done_{0};
+  int waiters_ = 0;
+  bool idle_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+  static std::atomic<bool> started_, forked_;
+};
+std::atomic<bool> Dispatcher::started_{false};
+std::atomic<bool> Dispatcher::forked_{false};
 
 void destroy_event(const Plugin& plugin, abi::Event* event) {
   abi::EventArgs destroy{};
@@ -267,12 +381,48 @@ void sweep_retired(int device) {
 
 }  // namespace
 
+namespace {
+// Held while a dispatched launch drops its references (with their queued_ counts) and while holders()
+// counts: a launch's reference is either counted in queued_ or gone, never half.
+std::mutex holders_mu;
+}  // namespace
+
+long Buffer::holders(const std::shared_ptr<Buffer>& b) {
+  std::lock_guard<std::mutex> lock(holders_mu);
+  return b.use_count() - b->queued_.load(std::memory_order_relaxed);
+}
+
+abi::Buffer* Buffer::handle() const {
+  abi::Buffer* h = handle_.load(std::memory_order_acquire);
+  if (h || !ticket_) return h;
+  Dispatcher::get().wait(ticket_);
+  h = handle_.load(std::memory_order_acquire);
+  if (!h) {
+    std::string why = error_ ? error_->what() : "the launch did not run";
+    throw Error(error_ ? error_->code() : Code::kInternal,
+                std::string("asynchronous error in op '") + producer_ + "': " + why);
+  }
+  return h;
+}
+
 void Buffer::retire_after(std::vector<BufferPtr> donated, const BufferPtr& output) {
   if (donated.empty()) return;
   // The program owns their memory now: the live statistics stop counting them here, not when they go.
-  for (const auto& b : donated) b->untrack();
+  // A donated buffer has no ready event any more; a newest output donated to this run is implied by it.
+  for (const auto& b : donated) {
+    b->untrack();
+    for (auto& source : newest) {
+      Newest& n = source[b->device_ % kMaxDevices];
+      if (n.raw.load(std::memory_order_relaxed) != b.get()) continue;
+      std::lock_guard<std::mutex> lock(n.mu);
+      if (n.raw.load(std::memory_order_relaxed) == b.get()) {
+        n.buffer.reset();
+        n.raw.store(nullptr, std::memory_order_relaxed);
+      }
+    }
+  }
   abi::BufferReadyEventArgs ready{};
-  ready.buffer = output->handle_;
+  ready.buffer = output->handle();
   try {
     output->client_.plugin().call(abi::kBufferReadyEvent, ready, "PJRT_Buffer_ReadyEvent");
   } catch (...) {
@@ -285,8 +435,10 @@ void Buffer::retire_after(std::vector<BufferPtr> donated, const BufferPtr& outpu
   sweep_retired(-1);
 }
 
-void Buffer::set_newest(const std::shared_ptr<Buffer>& buffer) {
-  Newest& n = newest[buffer->device_ % kMaxDevices];
+void Buffer::set_newest(const std::shared_ptr<Buffer>& buffer) { set_newest(buffer, 0); }
+
+void Buffer::set_newest(const std::shared_ptr<Buffer>& buffer, int source) {
+  Newest& n = newest[source][buffer->device_ % kMaxDevices];
   std::lock_guard<std::mutex> lock(n.mu);
   n.buffer = buffer;
   n.raw.store(buffer.get(), std::memory_order_relaxed);
@@ -297,35 +449,41 @@ void Buffer::set_newest(const std::shared_ptr<Buffer>& buffer) {
 }
 
 void Buffer::await_newest(int device) {
-  Newest& n = newest[device % kMaxDevices];
-  std::shared_ptr<Buffer> last;
-  abi::Event* orphan = nullptr;
-  const char* producer = "";
-  const Plugin* plugin = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(n.mu);
-    last = n.buffer.lock();
-    if (!last) {
-      std::swap(orphan, n.orphan);
-      producer = n.orphan_producer;
-      plugin = n.orphan_plugin;
+  Executable::drain();  // every dispatched launch has called Execute
+  for (auto& source : newest) {
+    Newest& n = source[device % kMaxDevices];
+    std::shared_ptr<Buffer> last;
+    abi::Event* orphan = nullptr;
+    const char* producer = "";
+    const Plugin* plugin = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(n.mu);
+      last = n.buffer.lock();
+      if (!last) {
+        std::swap(orphan, n.orphan);
+        producer = n.orphan_producer;
+        plugin = n.orphan_plugin;
+      }
     }
-  }
-  if (last) {
-    last->await();
-  } else if (orphan) {
-    await_event(*plugin, orphan, std::string("asynchronous error in op '") + producer + "'");
+    if (last) {
+      last->await();
+    } else if (orphan) {
+      await_event(*plugin, orphan, std::string("asynchronous error in op '") + producer + "'");
+    }
   }
   sweep_retired(device);  // every run issued on the device so far is done
 }
 
 Buffer::~Buffer() {
   untrack();
-  Newest& n = newest[device_ % kMaxDevices];
+  abi::Buffer* handle = handle_.load(std::memory_order_acquire);
+  if (!handle) return;  // its dispatched launch failed
+  for (auto& source : newest) {
+  Newest& n = source[device_ % kMaxDevices];
   if (n.raw.load(std::memory_order_relaxed) == this) {
     // The newest output dies unawaited: keep its ready event for the next synchronize.
     abi::BufferReadyEventArgs ready{};
-    ready.buffer = handle_;
+    ready.buffer = handle;
     try {
       client_.plugin().call(abi::kBufferReadyEvent, ready, "PJRT_Buffer_ReadyEvent");
       std::lock_guard<std::mutex> lock(n.mu);
@@ -341,8 +499,9 @@ Buffer::~Buffer() {
     } catch (...) {
     }
   }
+  }
   abi::BufferArgs args{};
-  args.buffer = handle_;
+  args.buffer = handle;
   // PJRT delays the actual free until pending work that uses the buffer has finished.
   try {
     client_.plugin().call(abi::kBufferDestroy, args, "PJRT_Buffer_Destroy");
@@ -352,7 +511,7 @@ Buffer::~Buffer() {
 
 void Buffer::to_host(void* dst) const {
   abi::BufferToHostBufferArgs args{};
-  args.src = handle_;
+  args.src = handle();
   args.dst = dst;
   args.dst_size = nbytes();
   std::string context = std::string("asynchronous error in op '") + producer_ + "'";
@@ -362,7 +521,7 @@ void Buffer::to_host(void* dst) const {
 
 void Buffer::await() const {
   abi::BufferReadyEventArgs args{};
-  args.buffer = handle_;
+  args.buffer = handle();
   std::string context = std::string("asynchronous error in op '") + producer_ + "'";
   client_.plugin().call(abi::kBufferReadyEvent, args, context.c_str());
   await_event(client_.plugin(), args.event, context);
@@ -404,19 +563,11 @@ Executable::~Executable() {
   }
 }
 
-std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& args,
-                                           const char* op_name) const {
+void Executable::check_args(const std::vector<const Buffer*>& args, const char* op_name) const {
   if (args.size() != inputs_.size()) {
     throw Error(Code::kInvalidArgument, std::string(op_name) + ": program takes " +
                                             std::to_string(inputs_.size()) + " arguments, got " +
                                             std::to_string(args.size()));
-  }
-  abi::Buffer* arg_small[16];
-  std::vector<abi::Buffer*> arg_large;
-  abi::Buffer** arg_handles = arg_small;
-  if (args.size() > 16) {
-    arg_large.resize(args.size());
-    arg_handles = arg_large.data();
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const Buffer& b = *args[i];
@@ -425,16 +576,19 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
                                               TensorSpec{b.type(), b.dims()}.str() + ", the program expects " +
                                               inputs_[i].str());
     }
-    arg_handles[i] = b.handle();
   }
-  const size_t n_out = outputs_.size();
-  abi::Buffer* out_small[8];
-  std::vector<abi::Buffer*> out_large;
-  abi::Buffer** out = out_small;
-  if (n_out > 8) {
-    out_large.resize(n_out);
-    out = out_large.data();
+}
+
+void Executable::launch(int device, const std::vector<const Buffer*>& args, abi::Buffer** out,
+                        const char* op_name) const {
+  abi::Buffer* arg_small[16];
+  std::vector<abi::Buffer*> arg_large;
+  abi::Buffer** arg_handles = arg_small;
+  if (args.size() > 16) {
+    arg_large.resize(args.size());
+    arg_handles = arg_large.data();
   }
+  for (size_t i = 0; i < args.size(); ++i) arg_handles[i] = args[i]->handle();
   abi::Buffer* const* arg_list = arg_handles;
   abi::ExecuteOptions options{};
   options.struct_size = sizeof options;
@@ -447,6 +601,20 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
   exec.output_lists = &out;
   exec.execute_device = client_.device(device).handle;
   client_.plugin().call(abi::kLoadedExecutableExecute, exec, op_name);
+}
+
+std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& args,
+                                           const char* op_name) const {
+  check_args(args, op_name);
+  const size_t n_out = outputs_.size();
+  abi::Buffer* out_small[8];
+  std::vector<abi::Buffer*> out_large;
+  abi::Buffer** out = out_small;
+  if (n_out > 8) {
+    out_large.resize(n_out);
+    out = out_large.data();
+  }
+  launch(device, args, out, op_name);
   std::vector<BufferPtr> result;
   result.reserve(n_out);
   for (size_t i = 0; i < n_out; ++i) {
@@ -454,6 +622,92 @@ std::vector<BufferPtr> Executable::execute(int device, const std::vector<const B
                                               device, op_name));
   }
   return result;
+}
+
+bool Executable::dispatching() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_PJRT_DISPATCH");
+    return !(v && std::string(v) == "0");
+  }();
+  return on && !Dispatcher::forked();
+}
+
+void Executable::drain() {
+  if (Dispatcher::started() && !Dispatcher::forked()) Dispatcher::get().drain();
+}
+
+std::vector<BufferPtr> Executable::dispatch(const std::shared_ptr<const Executable>& exe, int device,
+                                            std::vector<BufferPtr> args, std::vector<char> donated,
+                                            const char* op_name) {
+  {
+    std::vector<const Buffer*> raw;
+    raw.reserve(args.size());
+    for (const auto& a : args) raw.push_back(a.get());
+    exe->check_args(raw, op_name);
+  }
+  // The donated inputs are the program's memory from here on (as retire_after counts them)
+  for (size_t i = 0; i < args.size() && i < donated.size(); ++i)
+    if (donated[i]) args[i]->untrack();
+  std::vector<BufferPtr> outs;
+  outs.reserve(exe->outputs_.size());
+  for (const auto& spec : exe->outputs_) {
+    outs.push_back(std::shared_ptr<Buffer>(
+        new Buffer(exe->client_, Buffer::Pending{}, spec.type, spec.dims, device, op_name, 0)));
+  }
+  for (const auto& a : args) a->queued_.fetch_add(1, std::memory_order_relaxed);
+  for (const auto& o : outs) o->queued_.fetch_add(1, std::memory_order_relaxed);
+  Dispatcher& d = Dispatcher::get();
+  uint64_t ticket = d.submit([exe, device, args = std::move(args), donated = std::move(donated), outs,
+                              op_name]() mutable {
+    std::shared_ptr<const Error> failed;
+    try {
+      std::vector<const Buffer*> raw;
+      raw.reserve(args.size());
+      for (const auto& a : args) raw.push_back(a.get());
+      std::vector<abi::Buffer*> handles(outs.size());
+      exe->launch(device, raw, handles.data(), op_name);
+      for (size_t i = 0; i < outs.size(); ++i) outs[i]->handle_.store(handles[i], std::memory_order_release);
+    } catch (const Error& e) {
+      failed = std::make_shared<Error>(e);
+    } catch (const std::exception& e) {
+      failed = std::make_shared<Error>(Code::kInternal, e.what());
+    }
+    if (failed) {
+      for (auto& o : outs) o->error_ = failed;
+    } else if (!outs.empty()) {
+      Buffer::set_newest(outs.front(), 1);
+      std::vector<BufferPtr> gone;
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (i < donated.size() && donated[i]) {
+          std::lock_guard<std::mutex> lock(holders_mu);
+          args[i]->queued_.fetch_sub(1, std::memory_order_relaxed);
+          gone.push_back(std::move(args[i]));
+        }
+      }
+      try {
+        Buffer::retire_after(std::move(gone), outs.front());
+      } catch (...) {
+      }
+    }
+    // Drop the launch's references, each with its count; the last reference of a buffer is freed after
+    // the lock (off the caller's thread either way).
+    std::vector<BufferPtr> last;
+    {
+      std::lock_guard<std::mutex> lock(holders_mu);
+      for (auto* list : {&args, &outs}) {
+        for (auto& b : *list) {
+          if (!b) continue;
+          b->queued_.fetch_sub(1, std::memory_order_relaxed);
+          if (b.use_count() == 1)
+            last.push_back(std::move(b));
+          else
+            b.reset();
+        }
+      }
+    }
+  });
+  for (auto& o : outs) o->ticket_ = ticket;
+  return outs;
 }
 
 std::string Executable::serialize() const {

@@ -95,7 +95,9 @@ class Buffer {
   size_t nbytes() const { return numel_ * byte_size(type_); }
   int device() const { return device_; }
   const char* producer() const { return producer_; }
-  abi::Buffer* handle() const { return handle_; }
+  // The PJRT buffer. An output of a dispatched launch (Executable::dispatch) gets it when the dispatch
+  // thread has called Execute: this waits for that, and throws the launch's error if it failed.
+  abi::Buffer* handle() const;
 
   // Copies the dense row-major contents into dst (nbytes() bytes); blocks until done.
   void to_host(void* dst) const;
@@ -104,6 +106,11 @@ class Buffer {
 
   // Removes this buffer from the live statistics (internal caches, reported separately).
   void untrack();
+
+  // The references to `b` outside queued dispatched launches (which hold their arguments and outputs
+  // until they have called Execute): what decides whether a launch may donate it. A launch queued
+  // earlier runs earlier, so its reads are ordered before the donation.
+  static long holders(const std::shared_ptr<Buffer>& b);
 
   // The newest program output of a device: PJRT runs a device's programs in order, so waiting for it
   // waits for everything issued before it. Only a weak reference is kept (it holds no memory); when
@@ -130,8 +137,17 @@ class Buffer {
   static constexpr int kMaxDevices = 64;
 
  private:
+  friend class Executable;
+  struct Pending {};
+  Buffer(const Client& client, Pending, ElementType type, std::vector<int64_t> dims, int device,
+         const char* producer, uint64_t ticket);
+  static void set_newest(const std::shared_ptr<Buffer>& buffer, int source);
+
   const Client& client_;
-  abi::Buffer* handle_;
+  std::atomic<abi::Buffer*> handle_;
+  uint64_t ticket_ = 0;                 // the dispatched launch that sets handle_ (0: set at creation)
+  std::atomic<int> queued_{0};          // references held by queued dispatched launches
+  std::shared_ptr<const Error> error_;  // why that launch failed (set before it is marked done)
   ElementType type_;
   std::vector<int64_t> dims_;
   int64_t numel_;
@@ -164,6 +180,19 @@ class Executable {
   // Arguments are checked against the program's signature (the plugin checks sizes, not types).
   std::vector<BufferPtr> execute(int device, const std::vector<const Buffer*>& args,
                                  const char* op_name) const;
+  // The same launch made by the dispatch thread: returns at once with outputs whose handles that thread
+  // sets. PJRT's CPU client runs a small program inside Execute on the calling thread (when its inputs
+  // are ready), so a launch from the Python thread waits for the whole run; from the dispatch thread
+  // the run overlaps the host's next work. The arguments are checked here; `args` stay alive until the
+  // launch, those marked in `donated` until the run is done (Buffer::retire_after). Launches keep their
+  // order. A failure of Execute itself surfaces where an output is used (handle()).
+  static std::vector<BufferPtr> dispatch(const std::shared_ptr<const Executable>& exe, int device,
+                                         std::vector<BufferPtr> args, std::vector<char> donated,
+                                         const char* op_name);
+  // Whether launches go through the dispatch thread (TORCH_PJRT_DISPATCH=0 turns it off).
+  static bool dispatching();
+  // Waits until every dispatched launch so far has called Execute.
+  static void drain();
   const std::vector<TensorSpec>& inputs() const { return inputs_; }
   const std::vector<TensorSpec>& outputs() const { return outputs_; }
   // The plugin's serialized form (for the disk cache).
@@ -171,6 +200,10 @@ class Executable {
   abi::LoadedExecutable* handle() const { return handle_; }
 
  private:
+  void check_args(const std::vector<const Buffer*>& args, const char* op_name) const;
+  // Calls Execute; fills `out` (outputs_.size() handles).
+  void launch(int device, const std::vector<const Buffer*>& args, abi::Buffer** out, const char* op_name) const;
+
   const Client& client_;
   abi::LoadedExecutable* handle_;
   std::vector<TensorSpec> inputs_;

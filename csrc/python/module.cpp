@@ -132,6 +132,11 @@ PYBIND11_MODULE(_C, m) {
     auto p = fallback_policy();
     return std::string(p == FallbackPolicy::kError ? "error" : p == FallbackPolicy::kSilent ? "silent" : "warn");
   });
+  // Waits until every launch queued on the dispatch thread has been handed to PJRT (not for the runs).
+  m.def("_drain_launches", [] {
+    py::gil_scoped_release no_gil;
+    pjrt::Executable::drain();
+  });
   m.def("_set_launch_blocking", &set_launch_blocking);
   m.def("_launch_blocking", &launch_blocking);
   m.def("_get_default_generator", [](int d) {

@@ -170,7 +170,10 @@ def test_donating_runs_do_not_hold_their_inputs():
     for _ in range(100):  # more than pjrt::Buffer::kMaxRetired (64) runs in flight
         step()
         opts[0].step()
-        # the donated buffers a run still holds are the program's memory: not counted as live
+        # the donated buffers a run still holds are the program's memory: not counted as live. (A launch
+        # still queued on the dispatch thread holds its uploaded inputs, the packed step counts: live
+        # until it is handed to PJRT, which does not wait for the run.)
+        torch_pjrt._C._drain_launches()
         assert torch_pjrt.metrics()["live_buffers"] == base
     torch.tpu.synchronize()
     assert torch_pjrt.metrics()["live_buffers"] == base
@@ -199,6 +202,64 @@ def test_saved_inputs_are_not_copied():
     lin(x).sum().backward()
     torch.testing.assert_close(out.detach().cpu(), lin(x).detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(tlin.weight.grad.cpu(), lin.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_an_intermediate_returned_many_times_is_one_program_output():
+    """A value a graph returns several times, itself or as views (a forward saves the normed hidden state
+    once per projection that reads it), is one program output; the others are views of it, not copies."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x):
+        h = x * 2
+        return h, h.view(-1), h.t(), h.detach(), x + 1
+
+    x = torch.randn(3, 4)
+    gm = make_fx(f, tracing_mode="fake")(x.to("tpu"))
+    compiled = torch_pjrt.dynamo._Lowering(gm, "shared_outputs").lower()
+    assert sorted(set(compiled.outs)) == [0, 1]  # h and x + 1
+    outs = compiled([x.to("tpu")])
+    for got, want in zip(outs, f(x)):
+        assert got.shape == want.shape and got.stride() == want.stride()
+        torch.testing.assert_close(got.cpu(), want)
+    assert len({o.untyped_storage().data_ptr() for o in outs[:4]}) == 1
+
+
+def test_a_failed_launch_is_raised_where_its_result_is_read():
+    """A compiled program whose launch fails on the device (a 256 GiB result) returns at once, as every
+    launch through the dispatch thread does; reading the result raises torch.OutOfMemoryError naming the
+    graph's program, and the process keeps working."""
+    f = torch.compile(lambda x: x.expand(2**36) * 2, backend="tpu")
+    y = f(torch.ones(1, device="tpu"))
+    with pytest.raises(torch.OutOfMemoryError, match="graph"):
+        y.sum().item()
+    del y
+    torch.tpu.synchronize()
+    g = torch.compile(lambda x: x * 3 + 1, backend="tpu")
+    assert g(torch.arange(4.0, device="tpu")).cpu().tolist() == [1.0, 4.0, 7.0, 10.0]
+
+
+def test_launches_without_the_dispatch_thread_match_cpu():
+    """TORCH_PJRT_DISPATCH=0 launches on the calling thread (how every launch went before the dispatch
+    thread): a compiled training step gives the CPU's losses there too."""
+    import os
+    import subprocess
+
+    code = (
+        "import copy, torch, torch_pjrt\n"
+        "from test_training import MLP, data, train\n"
+        "torch.manual_seed(0)\n"
+        "model = MLP()\n"
+        "batches = data('mlp', 5)\n"
+        "cpu, _ = train(copy.deepcopy(model), batches, 'cpu')\n"
+        "tpu, _ = train(copy.deepcopy(model), batches, 'tpu', compiled=True)\n"
+        "torch.testing.assert_close(torch.tensor(tpu), torch.tensor(cpu), rtol=1e-4, atol=0)\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, TORCH_PJRT_DISPATCH="0")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
 def test_mutated_inputs_are_donated_only_when_written():
