@@ -20,6 +20,7 @@ program is compiled through the program cache (memory and disk) and runs on the 
   Inductor's own "tpu" path generates Pallas kernels through JAX, which does not drive our devices.
 """
 
+import collections
 import operator
 import warnings
 
@@ -109,9 +110,12 @@ class _Lowering:
         self.mutations = []  # (arg index, value id)
         self.host_writes = []  # (arg index, node): mutations of CPU inputs, computed on the host
         self.meta = {}
-        # node -> meta view of its placeholder's contiguous meta tensor: nodes that are views of a graph
-        # input (a weight's transpose saved for the backward); returned as views of the argument, not copied
+        # node -> meta view of its root's dense (contiguous) meta tensor, for roots and their views: a graph
+        # input (a weight's transpose saved for the backward) is returned as a view of the argument, an
+        # intermediate returned more than once (the normed hidden state saved for q, k and v) as one
+        # program output and views of it; neither is copied by the program
         self.aliases = {}
+        self.roots = {}  # view node -> the placeholder or intermediate its chain of views starts from
         self.placeholders = {}  # placeholder node -> its argument index
         self.pack_ids = {}  # dtype -> value id of the program input packing 0-d CPU inputs of that dtype
 
@@ -161,9 +165,7 @@ class _Lowering:
         return self.finish(out_node)
 
     def alias_root(self, node):
-        while node.op != "placeholder":
-            node = node.args[0]
-        return node
+        return self.roots.get(node, node)
 
     def placeholder_index(self, node):
         return [n for n in self.gm.graph.nodes if n.op == "placeholder"].index(node)
@@ -316,8 +318,14 @@ class _Lowering:
             rest.append(v)
         out = node.target(base, *rest, **node.kwargs)
         i = self.ids[src]
+        if src not in self.aliases and src.op != "placeholder":
+            self.aliases[src] = base  # an intermediate: the program's value of it is dense
         if src in self.aliases and not isinstance(out, (list, tuple)) and out.dtype == base.dtype:
-            self.aliases[node] = node.target(self.aliases[src], *rest, **node.kwargs)
+            try:  # the same view of the root's layout (a view of a strided alias may need a copy: none then)
+                self.aliases[node] = node.target(self.aliases[src], *rest, **node.kwargs)
+                self.roots[node] = self.alias_root(src)
+            except (RuntimeError, ValueError):
+                pass
 
         def one(t):
             return self.g.view(i, list(t.shape), list(t.stride()), t.storage_offset(), t.dtype)
@@ -384,19 +392,38 @@ class _Lowering:
         results = [results] if single else list(results)
         program_ids, template = [], []
         written = {index for index, _ in self.mutations} | {index for index, _ in self.host_writes}
+        out_index = {}  # value id -> its program output: a value returned twice is one output
+
+        def output(v):
+            if v not in out_index:
+                out_index[v] = len(program_ids)
+                program_ids.append(v)
+            return out_index[v]
+
+        nodes = [r for r in results if isinstance(r, torch.fx.Node)]
+        shared = collections.Counter(self.alias_root(r) for r in nodes if r in self.aliases)
         for r in results:
             alias = self.aliases.get(r) if isinstance(r, torch.fx.Node) else None
-            if alias is not None and self.placeholders[self.alias_root(r)] not in written:
+            root = self.alias_root(r) if alias is not None else None
+            if alias is not None and root.op == "placeholder" and self.placeholders[root] not in written:
                 # an input, or a view of one, that the graph does not write: the argument, or its own view
-                index = self.placeholders[self.alias_root(r)]
+                index = self.placeholders[root]
                 if r.op == "placeholder":
                     template.append(("arg", index))
                 else:
                     template.append(("alias", (index, list(alias.shape), list(alias.stride()),
                                                alias.storage_offset())))
+            elif alias is not None and root.op != "placeholder" and shared[root] > 1:
+                # one of several results that are an intermediate or views of it: the intermediate is one
+                # output, the others views of it
+                o = output(self.ids[root])
+                if r is root:
+                    template.append(("out", o))
+                else:
+                    template.append(("view", (o, list(alias.shape), list(alias.stride()),
+                                              alias.storage_offset())))
             elif isinstance(r, torch.fx.Node) and isinstance(self.ids.get(r), int):
-                template.append(("out", len(program_ids)))
-                program_ids.append(self.ids[r])
+                template.append(("out", output(self.ids[r])))
             elif isinstance(r, torch.fx.Node) and r in self.py:
                 template.append(("py", self.py[r]))
             elif r is None or not isinstance(r, torch.fx.Node):
@@ -453,6 +480,18 @@ class _Compiled:
         a = args[index]
         return a.as_strided(sizes, strides, a.storage_offset() + offset)
 
+    def _result(self, kind, v, args, outs):
+        if kind == "out":
+            return outs[v]
+        if kind == "arg":
+            return args[v]
+        if kind == "alias":
+            return self._alias(args, *v)
+        if kind == "view":  # a view of a program output (dense, offset 0)
+            o, sizes, strides, offset = v
+            return outs[o].as_strided(sizes, strides, offset)
+        return v
+
     def __call__(self, args):
         device = args[self.device_arg].device if self.device_arg is not None else torch.device("tpu")
         if self.plain:
@@ -480,10 +519,7 @@ class _Compiled:
                     args[index].copy_(v)
         if self.all_out:
             return outs[0] if self.single else outs[: len(self.outs)]
-        result = [
-            outs[v] if kind == "out" else args[v] if kind == "arg" else self._alias(args, *v) if kind == "alias" else v
-            for kind, v in self.template
-        ]
+        result = [self._result(kind, v, args, outs) for kind, v in self.template]
         return result[0] if self.single else result
 
 
