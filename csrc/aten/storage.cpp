@@ -44,11 +44,18 @@ c10::DataPtr make_data_ptr(StorageHandle* h, size_t nbytes) {
 }
 
 int64_t device_memory_limit(int device) {
+  // A device's capacity does not change: asked once (every allocation checks against it)
+  static std::atomic<int64_t> limits[pjrt::Buffer::kMaxDevices] = {};
+  std::atomic<int64_t>& cached = limits[device % pjrt::Buffer::kMaxDevices];
+  int64_t limit = cached.load(std::memory_order_relaxed);
+  if (limit > 0) return limit;
   auto& s = pjrt::Session::get();
   auto stats = s.client().memory_stats(device);
-  if (stats.bytes_limit > 0) return stats.bytes_limit;
   // The CPU plugin reports nothing: its memory is the host's.
-  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  limit = stats.bytes_limit > 0 ? stats.bytes_limit
+                                : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  cached.store(limit, std::memory_order_relaxed);
+  return limit;
 }
 
 class TpuAllocator final : public c10::DeviceAllocator {
