@@ -104,10 +104,7 @@ std::vector<pjrt::BufferPtr> run_dispatched(const pjrt::ExecutablePtr& exe, int 
                                             std::vector<char> donated, const char* op,
                                             std::shared_ptr<const DeferredError>* failure) {
   if (launch_blocking() || !pjrt::Executable::dispatching()) {
-    std::vector<const pjrt::Buffer*> raw;
-    raw.reserve(args.size());
-    for (const auto& a : args) raw.push_back(a.get());
-    std::vector<pjrt::BufferPtr> outs = run(*exe, device, raw, op, failure);
+    std::vector<pjrt::BufferPtr> outs = run(*exe, device, pjrt::pointers(args), op, failure);
     std::vector<pjrt::BufferPtr> gone;
     for (size_t i = 0; i < args.size() && i < donated.size(); ++i)
       if (donated[i]) gone.push_back(std::move(args[i]));

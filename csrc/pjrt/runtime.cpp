@@ -479,26 +479,26 @@ Buffer::~Buffer() {
   abi::Buffer* handle = handle_.load(std::memory_order_acquire);
   if (!handle) return;  // its dispatched launch failed
   for (auto& source : newest) {
-  Newest& n = source[device_ % kMaxDevices];
-  if (n.raw.load(std::memory_order_relaxed) == this) {
-    // The newest output dies unawaited: keep its ready event for the next synchronize.
-    abi::BufferReadyEventArgs ready{};
-    ready.buffer = handle;
-    try {
-      client_.plugin().call(abi::kBufferReadyEvent, ready, "PJRT_Buffer_ReadyEvent");
-      std::lock_guard<std::mutex> lock(n.mu);
-      if (n.raw.load(std::memory_order_relaxed) == this) {
-        if (n.orphan) destroy_event(client_.plugin(), n.orphan);
-        n.orphan = ready.event;
-        n.orphan_producer = producer_;
-        n.orphan_plugin = &client_.plugin();
-        n.raw.store(nullptr, std::memory_order_relaxed);
-      } else {
-        destroy_event(client_.plugin(), ready.event);
+    Newest& n = source[device_ % kMaxDevices];
+    if (n.raw.load(std::memory_order_relaxed) == this) {
+      // The newest output dies unawaited: keep its ready event for the next synchronize.
+      abi::BufferReadyEventArgs ready{};
+      ready.buffer = handle;
+      try {
+        client_.plugin().call(abi::kBufferReadyEvent, ready, "PJRT_Buffer_ReadyEvent");
+        std::lock_guard<std::mutex> lock(n.mu);
+        if (n.raw.load(std::memory_order_relaxed) == this) {
+          if (n.orphan) destroy_event(client_.plugin(), n.orphan);
+          n.orphan = ready.event;
+          n.orphan_producer = producer_;
+          n.orphan_plugin = &client_.plugin();
+          n.raw.store(nullptr, std::memory_order_relaxed);
+        } else {
+          destroy_event(client_.plugin(), ready.event);
+        }
+      } catch (...) {
       }
-    } catch (...) {
     }
-  }
   }
   abi::BufferArgs args{};
   args.buffer = handle;
@@ -639,12 +639,7 @@ void Executable::drain() {
 std::vector<BufferPtr> Executable::dispatch(const std::shared_ptr<const Executable>& exe, int device,
                                             std::vector<BufferPtr> args, std::vector<char> donated,
                                             const char* op_name) {
-  {
-    std::vector<const Buffer*> raw;
-    raw.reserve(args.size());
-    for (const auto& a : args) raw.push_back(a.get());
-    exe->check_args(raw, op_name);
-  }
+  exe->check_args(pointers(args), op_name);
   // The donated inputs are the program's memory from here on (as retire_after counts them)
   for (size_t i = 0; i < args.size() && i < donated.size(); ++i)
     if (donated[i]) args[i]->untrack();
@@ -661,11 +656,8 @@ std::vector<BufferPtr> Executable::dispatch(const std::shared_ptr<const Executab
                               op_name]() mutable {
     std::shared_ptr<const Error> failed;
     try {
-      std::vector<const Buffer*> raw;
-      raw.reserve(args.size());
-      for (const auto& a : args) raw.push_back(a.get());
       std::vector<abi::Buffer*> handles(outs.size());
-      exe->launch(device, raw, handles.data(), op_name);
+      exe->launch(device, pointers(args), handles.data(), op_name);
       for (size_t i = 0; i < outs.size(); ++i) outs[i]->handle_.store(handles[i], std::memory_order_release);
     } catch (const Error& e) {
       failed = std::make_shared<Error>(e);

@@ -161,6 +161,14 @@ class Buffer {
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 
+// The buffers of `buffers`, as Executable::execute takes them.
+inline std::vector<const Buffer*> pointers(const std::vector<BufferPtr>& buffers) {
+  std::vector<const Buffer*> out;
+  out.reserve(buffers.size());
+  for (const auto& b : buffers) out.push_back(b.get());
+  return out;
+}
+
 struct TensorSpec {
   ElementType type;
   std::vector<int64_t> dims;

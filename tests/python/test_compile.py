@@ -225,9 +225,9 @@ def test_an_intermediate_returned_many_times_is_one_program_output():
 
 
 def test_a_failed_launch_is_raised_where_its_result_is_read():
-    """A compiled program whose launch fails on the device (a 256 GiB result) returns at once, as every
-    launch through the dispatch thread does; reading the result raises torch.OutOfMemoryError naming the
-    graph's program, and the process keeps working."""
+    """A compiled program whose launch fails on the device (a 256 GiB result; through the dispatch thread
+    the failure comes after the call has returned): reading the result raises torch.OutOfMemoryError
+    naming the graph's program, and the process keeps working."""
     f = torch.compile(lambda x: x.expand(2**36) * 2, backend="tpu")
     y = f(torch.ones(1, device="tpu"))
     with pytest.raises(torch.OutOfMemoryError, match="graph"):
