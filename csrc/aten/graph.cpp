@@ -2,6 +2,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <mutex>
 #include <unordered_map>
 
 #include "aten/errors.h"
@@ -39,8 +40,39 @@ hlo::Value scalar_constant(hlo::Builder& b, pjrt::ElementType type, const c10::S
   }
 }
 
-// The input as a dense buffer of exactly `spec` (its storage's base when that already is one).
-pjrt::BufferPtr dense_input(const at::Tensor& t, const pjrt::TensorSpec& spec) {
+// `view` with its dims taken in `order`.
+lowering::ViewForm permuted(const lowering::ViewForm& view, const hlo::Dims& order) {
+  lowering::ViewForm p = view;
+  for (size_t k = 0; k < order.size(); ++k) {
+    p.sizes[k] = view.sizes[order[k]];
+    p.strides[k] = view.strides[order[k]];
+  }
+  return p;
+}
+
+// A buffer of no elements of `spec` on `device`, made once (an empty input, which has no storage buffer,
+// costs no program per run; a donor gets a copy, as the cache holds it too).
+pjrt::BufferPtr empty_input(int device, const pjrt::TensorSpec& spec) {
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<std::string, pjrt::BufferPtr>;  // never freed: outlives the client
+  std::string key = std::to_string(device) + ":" + spec.str();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache->find(key);
+    if (it != cache->end()) return it->second;
+  }
+  pjrt::BufferPtr b = run_program("empty_graph_input", device, {}, [&](hlo::Builder& bb, const std::vector<hlo::Value>&) {
+    return std::vector<hlo::Value>{bb.constant(0, hlo::Type{spec.type, spec.dims})};
+  })[0];
+  b->untrack();
+  std::lock_guard<std::mutex> lock(mu);
+  return cache->emplace(key, b).first->second;
+}
+
+// The input as a dense buffer of exactly `spec` (its storage's base when that already is one, or is one
+// reshaped where buffers are linear and the input is not donated); with an `order`, of the tensor's dims
+// taken in that order (its storage order: GraphBuilder::input).
+pjrt::BufferPtr dense_input(const at::Tensor& t, const pjrt::TensorSpec& spec, const hlo::Dims& order, bool donor) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "torch.compile(backend=\"tpu\"): graph input on ",
               t.device(), " where a tpu tensor was expected");
   const StorageHandle& h = handle_of(t);
@@ -52,11 +84,15 @@ pjrt::BufferPtr dense_input(const at::Tensor& t, const pjrt::TensorSpec& spec) {
     buffer = h.buffer;
     form = base_form(t.storage());
   }
-  lowering::ViewForm view = view_form(t);
+  lowering::ViewForm view = order.empty() ? view_form(t) : permuted(view_form(t), order);
+  // the base itself, or (where layouts are linear) the base as a reshape: the same bytes in the same order
   if (buffer && form.elem == view.elem && view.elem == spec.type && view.offset == 0 && view.contiguous() &&
-      buffer->dims() == spec.dims && !view.conj && !view.neg) {
+      !view.conj && !view.neg &&
+      (buffer->dims() == spec.dims ||
+       (!donor && view.numel() == buffer->numel() && session_or_throw().client().linear_layouts()))) {
     return buffer;
   }
+  if (view.numel() == 0) return empty_input(h.device, spec);
   std::vector<const pjrt::Buffer*> in;
   if (buffer) in.push_back(buffer.get());
   return run_program("materialize_graph_input", h.device, in,
@@ -82,10 +118,27 @@ const hlo::Value& GraphBuilder::value(int id) const {
   return values_[id];
 }
 
-int GraphBuilder::input(at::ScalarType dtype, const std::vector<int64_t>& sizes, bool donor) {
+int GraphBuilder::input(at::ScalarType dtype, const std::vector<int64_t>& sizes, bool donor,
+                        const std::vector<int64_t>& strides) {
   pjrt::TensorSpec spec{element_type(dtype), sizes};
-  inputs_.push_back({false, static_cast<int>(num_tensor_inputs_++), spec, donor});
-  return add(b_.arg(hlo::Type{spec.type, spec.dims}, donor ? "jax.buffer_donor = true" : ""));
+  hlo::Dims order;
+  if (!donor && strides.size() == sizes.size()) {  // a donor is written back whole: it stays row-major
+    lowering::ViewForm view{spec.type, sizes, strides};
+    hlo::Dims o = view.storage_order();
+    if (!view.contiguous() && permuted(view, o).contiguous()) order = o;
+  }
+  if (order.empty()) {
+    inputs_.push_back({false, static_cast<int>(num_tensor_inputs_++), spec, donor});
+    return add(b_.arg(hlo::Type{spec.type, spec.dims}, donor ? "jax.buffer_donor = true" : ""));
+  }
+  for (size_t k = 0; k < order.size(); ++k) spec.dims[k] = sizes[order[k]];
+  inputs_.push_back({false, static_cast<int>(num_tensor_inputs_++), spec, false, -1, order});
+  hlo::Dims inverse(order.size());
+  for (size_t k = 0; k < order.size(); ++k) inverse[order[k]] = static_cast<int64_t>(k);
+  int id = add(b_.transpose(b_.arg(hlo::Type{spec.type, spec.dims}), inverse));
+  layouts_.resize(values_.size());
+  layouts_[id] = order;  // as a view read of that storage order would be (rows' layout hint)
+  return id;
 }
 
 bool GraphBuilder::has_row(const std::string& overload) { return rows_by_overload().count(overload) > 0; }
@@ -263,7 +316,8 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
   keep.reserve(inputs_.size());
   for (const auto& in : inputs_) {
     TORCH_CHECK(in.scalar < 0, name_, ": run-time scalar inputs need run_buffers");
-    keep.push_back(in.rng ? next_rng_state(device, std::nullopt) : dense_input(inputs[in.index], in.spec));
+    keep.push_back(in.rng ? next_rng_state(device, std::nullopt)
+                         : dense_input(inputs[in.index], in.spec, in.order, in.donor));
     // A donated buffer is gone after the run: donate the storage's base only when the storage alone
     // holds it and is written below (under the lock taken above), a fresh buffer as it is, else a copy.
     if (in.donor) {

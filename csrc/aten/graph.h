@@ -61,6 +61,7 @@ class GraphProgram {
     pjrt::TensorSpec spec;
     bool donor = false;  // a mutated input: its buffer is donated, so the program may update it in place
     int scalar = -1;     // a run-time scalar input (runtime_scalars): its index in run_buffers' scalars
+    hlo::Dims order;     // a permuted input: the tensor's dims in storage order (spec has those sizes)
   };
   std::string name_;
   const char* label_ = "";  // what its outputs' errors name (interned): name_, or a fused stream's ops
@@ -80,8 +81,11 @@ class GraphBuilder {
   // cases (fused eager draws it when the op is recorded); -1: a program input drawn at each run.
   int rng_id = -1;
   // A graph input: a dense tensor of `sizes`. Returns its value id. A `donor` is written back by the
-  // runner (run_writing): the program may reuse its buffer for an output of the same shape.
-  int input(at::ScalarType dtype, const std::vector<int64_t>& sizes, bool donor = false);
+  // runner (run_writing): the program may reuse its buffer for an output of the same shape. `strides`
+  // (optional) are the tensor's: a dense tensor in another storage order (a weight's transpose saved for
+  // the backward) is passed as its storage, in storage order, and transposed in the program.
+  int input(at::ScalarType dtype, const std::vector<int64_t>& sizes, bool donor = false,
+            const std::vector<int64_t>& strides = {});
   // True when a lowering row serves `overload` ("add.Tensor", "relu").
   static bool has_row(const std::string& overload);
   // Applies the row of `overload` to its functional schema arguments `args`, whose tensors (meta

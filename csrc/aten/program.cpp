@@ -1,6 +1,7 @@
 #include "aten/program.h"
 
 #include "aten/errors.h"
+#include "aten/execution.h"
 
 namespace torch_pjrt {
 
@@ -20,7 +21,9 @@ std::vector<pjrt::BufferPtr> run_program(
   b.ret(results);
   return guarded(name, [&] {
     auto exe = s.programs().get(b.module_text(), in_specs, out_specs);
-    return exe->execute(device, inputs, name);
+    auto outs = exe->execute(device, inputs, name);
+    metrics().executions.fetch_add(1, std::memory_order_relaxed);
+    return outs;
   });
 }
 

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -239,6 +240,9 @@ class Dispatcher {
     return *d;
   }
   static bool started() { return started_.load(std::memory_order_acquire); }
+  // A launch is queued or being made (its Execute may be running the program: PJRT's CPU client lets a
+  // device run one program at a time, so a launch from another thread would wait for it).
+  bool busy() const { return done_.load(std::memory_order_acquire) < issued_.load(std::memory_order_acquire); }
   static bool forked() { return forked_.load(std::memory_order_relaxed); }
 
   uint64_t submit(std::function<void()> task) {
@@ -313,7 +317,7 @@ class Dispatcher {
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::pair<uint64_t, std::function<void()>>> queue_;
-  uint64_t issued_ = 0;
+  std::atomic<uint64_t> issued_{0};
   std::atomic<uint64_t> done_{0};
   int waiters_ = 0;
   bool idle_ = false;
@@ -563,6 +567,16 @@ Executable::~Executable() {
   }
 }
 
+bool Executable::fits(const Buffer& b, size_t i) const {
+  const TensorSpec& in = inputs_[i];
+  if (b.type() != in.type) return false;
+  if (b.dims() == in.dims) return true;
+  if (!client_.linear_layouts()) return false;
+  int64_t n = 1;
+  for (int64_t d : in.dims) n *= d;
+  return n == b.numel();
+}
+
 void Executable::check_args(const std::vector<const Buffer*>& args, const char* op_name) const {
   if (args.size() != inputs_.size()) {
     throw Error(Code::kInvalidArgument, std::string(op_name) + ": program takes " +
@@ -571,7 +585,7 @@ void Executable::check_args(const std::vector<const Buffer*>& args, const char* 
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const Buffer& b = *args[i];
-    if (b.type() != inputs_[i].type || b.dims() != inputs_[i].dims) {
+    if (!fits(b, i)) {
       throw Error(Code::kInvalidArgument, std::string(op_name) + ": argument " + std::to_string(i) + " is " +
                                               TensorSpec{b.type(), b.dims()}.str() + ", the program expects " +
                                               inputs_[i].str());
@@ -605,6 +619,13 @@ void Executable::launch(int device, const std::vector<const Buffer*>& args, abi:
 
 std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& args,
                                            const char* op_name) const {
+  if (dispatching() && Dispatcher::started() &&
+      (Dispatcher::get().busy() || std::any_of(args.begin(), args.end(), [](const Buffer* a) { return a->queued(); }))) {
+    std::vector<BufferPtr> held;
+    held.reserve(args.size());
+    for (const Buffer* a : args) held.push_back(std::const_pointer_cast<Buffer>(a->shared_from_this()));
+    return dispatch(shared_from_this(), device, std::move(held), {}, op_name);
+  }
   check_args(args, op_name);
   const size_t n_out = outputs_.size();
   abi::Buffer* out_small[8];

@@ -81,7 +81,7 @@ class Plugin {
 
 class Client;
 
-class Buffer {
+class Buffer : public std::enable_shared_from_this<Buffer> {
  public:
   Buffer(const Client& client, abi::Buffer* handle, ElementType type, std::vector<int64_t> dims,
          int device, const char* producer);
@@ -106,6 +106,8 @@ class Buffer {
 
   // Removes this buffer from the live statistics (internal caches, reported separately).
   void untrack();
+  // An output of a dispatched launch that has not called Execute yet (or failed to): it has no handle.
+  bool queued() const { return ticket_ && !handle_.load(std::memory_order_acquire); }
 
   // The references to `b` outside queued dispatched launches (which hold their arguments and outputs
   // until they have called Execute): what decides whether a launch may donate it. A launch queued
@@ -176,7 +178,7 @@ struct TensorSpec {
   std::string str() const;  // f32[2,3]
 };
 
-class Executable {
+class Executable : public std::enable_shared_from_this<Executable> {
  public:
   Executable(const Client& client, abi::LoadedExecutable* handle, std::vector<TensorSpec> inputs,
              std::vector<TensorSpec> outputs);
@@ -185,7 +187,10 @@ class Executable {
   Executable& operator=(const Executable&) = delete;
 
   // Runs on `device` asynchronously; outputs are future buffers tagged with `op_name` (a static string).
-  // Arguments are checked against the program's signature (the plugin checks sizes, not types).
+  // Arguments are checked against the program's signature (the plugin checks sizes, not types). While
+  // the dispatch thread has launches to make (or an argument is the output of one), this launch is
+  // queued behind them (as dispatch does, nothing donated) rather than waiting here for their Execute:
+  // the CPU client runs a device's programs one at a time, inside Execute.
   std::vector<BufferPtr> execute(int device, const std::vector<const Buffer*>& args,
                                  const char* op_name) const;
   // The same launch made by the dispatch thread: returns at once with outputs whose handles that thread
@@ -209,6 +214,8 @@ class Executable {
 
  private:
   void check_args(const std::vector<const Buffer*>& args, const char* op_name) const;
+  // Whether `b` can be argument `i`: its type and dims, or (Client::linear_layouts) its type and count.
+  bool fits(const Buffer& b, size_t i) const;
   // Calls Execute; fills `out` (outputs_.size() handles).
   void launch(int device, const std::vector<const Buffer*>& args, abi::Buffer** out, const char* op_name) const;
 
@@ -245,6 +252,10 @@ class Client {
   const Plugin& plugin() const { return *plugin_; }
   const std::string& platform_name() const { return platform_name_; }
   const std::string& platform_version() const { return platform_version_; }
+  // Whether a buffer's bytes are the same for any dims of the same element count (dense row-major, no
+  // tiling: the CPU client, which checks an argument's size in bytes, not its dims): a buffer may then be
+  // a program's argument of another shape with the same type and element count (a reshape, uncopied).
+  bool linear_layouts() const { return platform_name_ == "cpu"; }
   int device_count() const { return static_cast<int>(devices_.size()); }
   const DeviceInfo& device(int index) const { return devices_.at(index); }
   MemoryStats memory_stats(int device) const;

@@ -47,10 +47,10 @@ void bind_graph(py::module_& m) {
       .def(py::init<std::string>())
       .def(
           "input",
-          [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes, bool donor) {
-            return g.input(dtype_of(dtype), sizes, donor);
+          [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes, bool donor, std::vector<int64_t> strides) {
+            return g.input(dtype_of(dtype), sizes, donor, strides);
           },
-          py::arg("dtype"), py::arg("sizes"), py::arg("donor") = false)
+          py::arg("dtype"), py::arg("sizes"), py::arg("donor") = false, py::arg("strides") = std::vector<int64_t>{})
       .def_static("has_row", &GraphBuilder::has_row)
       .def("apply",
            [](GraphBuilder& g, const std::string& overload, py::list args, std::vector<int> ids, py::list outs) {
@@ -80,6 +80,7 @@ void bind_graph(py::module_& m) {
            [](GraphBuilder& g, int id, std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset,
               py::handle dtype) { return g.view(id, sizes, strides, offset, dtype_of(dtype)); })
       .def("scatter_view", &GraphBuilder::scatter_view)
+      .def("transpose", &GraphBuilder::transpose)
       .def("full", [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes,
                       py::handle v) { return g.full(dtype_of(dtype), sizes, number(v)); })
       .def("cast", [](GraphBuilder& g, int id, py::handle spec) { return g.cast(id, out_spec(spec)); })

@@ -21,6 +21,7 @@ program is compiled through the program cache (memory and disk) and runs on the 
 """
 
 import collections
+import math
 import operator
 import warnings
 
@@ -52,6 +53,32 @@ def _is_tpu(x):
 
 def _fake_val(node):
     return node.meta.get("val", node.meta.get("example_value"))
+
+
+def _storage_order(val):
+    """The dims of a dense, non-contiguous tensor by decreasing stride (its storage order), or None for a
+    contiguous tensor or any other layout."""
+    if val.is_contiguous() or val.storage_offset() != 0 or val.numel() == 0:
+        return None
+    order = sorted(range(val.dim()), key=lambda d: -val.stride(d))
+    expected = 1
+    for d in reversed(order):
+        if val.shape[d] != 1 and val.stride(d) != expected:
+            return None
+        expected *= val.shape[d]
+    return order
+
+
+def _reads_whole(view, root):
+    """Whether `view` (a meta view of `root`'s dense value) is that value itself or a permutation of its
+    dims: what a program takes as the root's buffer (GraphBuilder.input with strides)."""
+    dims = list(_fake_val(root).shape)
+    if view.storage_offset() != 0 or view.numel() != math.prod(dims):
+        return False
+    if list(view.shape) == dims and view.is_contiguous():
+        return True
+    order = _storage_order(view)
+    return order is not None and [view.shape[d] for d in order] == dims
 
 
 def _static_shape(val, what):
@@ -141,7 +168,10 @@ class _Lowering:
                         self.inputs.append(("pack", [self.placeholder_index(n) for n in members]))
                     self.ids[node] = self.g.view(self.pack_ids[val.dtype], [], [], members.index(node), val.dtype)
                 elif isinstance(val, torch.Tensor):
-                    self.ids[node] = self.g.input(val.dtype, _static_shape(val, node.name), node in donors)
+                    # a dense input in another storage order (a weight's transpose saved for the backward)
+                    # is passed as its storage and transposed in the program, not copied before the run
+                    strides = [] if not _is_tpu(val) or val.is_contiguous() else list(val.stride())
+                    self.ids[node] = self.g.input(val.dtype, _static_shape(val, node.name), node in donors, strides)
                     self.inputs.append(("arg", placeholder))
                     if _is_tpu(val) and val.is_contiguous():
                         self.aliases[node] = self.meta_of(node)
@@ -413,9 +443,10 @@ class _Lowering:
                 else:
                     template.append(("alias", (index, list(alias.shape), list(alias.stride()),
                                                alias.storage_offset())))
-            elif alias is not None and root.op != "placeholder" and shared[root] > 1:
+            elif alias is not None and root.op != "placeholder" and shared[root] > 1 and _reads_whole(alias, root):
                 # one of several results that are an intermediate or views of it: the intermediate is one
-                # output, the others views of it
+                # output, the others views of it (those a program can read as that output's buffer: a
+                # reshape or a slice would be copied by the program that reads it, so it is its own output)
                 o = output(self.ids[root])
                 if r is root:
                     template.append(("out", o))
@@ -423,7 +454,16 @@ class _Lowering:
                     template.append(("view", (o, list(alias.shape), list(alias.stride()),
                                               alias.storage_offset())))
             elif isinstance(r, torch.fx.Node) and isinstance(self.ids.get(r), int):
-                template.append(("out", output(self.ids[r])))
+                val = _fake_val(r)
+                order = _storage_order(val) if _is_tpu(val) else None
+                if order is None:
+                    template.append(("out", output(self.ids[r])))
+                else:
+                    # a dense result in another storage order (a transpose of a projection, saved for the
+                    # backward): the program returns it in that order and the result is its view, with the
+                    # strides eager gives it (the backward reads it as laid out, with no copy)
+                    o = output(self.g.transpose(self.ids[r], order))
+                    template.append(("view", (o, list(val.shape), list(val.stride()), 0)))
             elif isinstance(r, torch.fx.Node) and r in self.py:
                 template.append(("py", self.py[r]))
             elif r is None or not isinstance(r, torch.fx.Node):

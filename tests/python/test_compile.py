@@ -205,23 +205,111 @@ def test_saved_inputs_are_not_copied():
 
 
 def test_an_intermediate_returned_many_times_is_one_program_output():
-    """A value a graph returns several times, itself or as views (a forward saves the normed hidden state
-    once per projection that reads it), is one program output; the others are views of it, not copies."""
+    """A value a graph returns several times, itself or as views a program can read as its buffer (a
+    forward saves the normed hidden state once per projection that reads it; a transpose), is one program
+    output; the others are views of it, not copies. A reshape is its own output: a program reading it
+    needs a buffer of its shape, which a copy in the producing program makes at no launch of its own."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def f(x):
         h = x * 2
-        return h, h.view(-1), h.t(), h.detach(), x + 1
+        return h, h.t(), h.detach(), h.view(-1), x + 1
 
     x = torch.randn(3, 4)
     gm = make_fx(f, tracing_mode="fake")(x.to("tpu"))
     compiled = torch_pjrt.dynamo._Lowering(gm, "shared_outputs").lower()
-    assert sorted(set(compiled.outs)) == [0, 1]  # h and x + 1
+    assert sorted(set(compiled.outs)) == [0, 1, 2]  # h, h.view(-1) and x + 1
     outs = compiled([x.to("tpu")])
     for got, want in zip(outs, f(x)):
         assert got.shape == want.shape and got.stride() == want.stride()
         torch.testing.assert_close(got.cpu(), want)
-    assert len({o.untyped_storage().data_ptr() for o in outs[:4]}) == 1
+    assert len({o.untyped_storage().data_ptr() for o in outs[:3]}) == 1
+    assert outs[3].untyped_storage().data_ptr() != outs[0].untyped_storage().data_ptr()
+
+
+def test_a_transposed_result_keeps_the_strides_eager_gives_it():
+    """A result in another storage order (a projection's transpose) is returned in that order: the same
+    strides as on the CPU, and one program run."""
+
+    def f(x, w):
+        return (x @ w).view(2, 3, 4).transpose(1, 2), (x + 1).t()
+
+    x, w = torch.randn(6, 5), torch.randn(5, 4)
+    g = torch.compile(f, backend="tpu")
+    g(x.to("tpu"), w.to("tpu"))
+    torch.tpu.synchronize()
+    before = torch_pjrt.metrics()["executions"]
+    got = g(x.to("tpu"), w.to("tpu"))
+    torch.tpu.synchronize()
+    assert torch_pjrt.metrics()["executions"] - before == 1
+    for a, b in zip(got, f(x, w)):
+        assert a.shape == b.shape and a.stride() == b.stride()
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_compiled_training_step_runs_no_copy_programs():
+    """A compiled training step is its programs and nothing more: the forward, the fill of the loss's
+    gradient, the backward and the optimizer. The backward reads the weights' transposes the forward saved
+    as the weights' own buffers (transposed in the program), not as copies made by programs of their own;
+    the losses are the CPU's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    losses = {}
+    for device in ("cpu", "tpu"):
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        loss_fn = lambda a, b: (m(a) - b).square().mean()  # noqa: E731
+        if device == "tpu":
+            loss_fn = torch.compile(loss_fn, backend="tpu")
+            opt_step = torch.compile(opt.step, backend="tpu")
+        else:
+            opt_step = opt.step
+        xd, yd = x.to(device), y.to(device)
+        losses[device], counts = [], []
+        for _ in range(6):
+            if device == "tpu":
+                torch.tpu.synchronize()
+            before = torch_pjrt.metrics()["executions"]
+            loss = loss_fn(xd, yd)
+            opt.zero_grad()
+            loss.backward()
+            opt_step()
+            losses[device].append(loss.item())
+            counts.append(torch_pjrt.metrics()["executions"] - before)
+        if device == "tpu":
+            assert counts[2:] == [4] * 4, counts
+    torch.testing.assert_close(torch.tensor(losses["tpu"]), torch.tensor(losses["cpu"]), rtol=1e-5, atol=1e-6)
+
+
+def test_eager_ops_behind_a_queued_launch_keep_their_order():
+    """Eager ops on the results of a compiled program whose launch is still queued go behind it (not
+    waiting for it): reads, in-place updates and further compiled calls see every earlier write, as on
+    the CPU; an eager op behind a launch that fails reports that failure where its result is read."""
+
+    def f(a):
+        return (a @ a.t()).tanh() * 3
+
+    x = torch.randn(64, 64)
+    g = torch.compile(f, backend="tpu")
+    t, c = x.to("tpu"), x.clone()
+    for _ in range(5):
+        t = g(t)
+        t.add_(1)
+        t = t[:, :32].repeat(1, 2) / 4
+        c = f(c)
+        c.add_(1)
+        c = c[:, :32].repeat(1, 2) / 4
+    torch.testing.assert_close(t.cpu(), c, rtol=1e-4, atol=1e-5)
+
+    big = torch.compile(lambda a: a.expand(2**36) * 2, backend="tpu")
+    y = big(torch.ones(1, device="tpu"))
+    z = y[:4] + 1
+    with pytest.raises(torch.OutOfMemoryError, match="graph"):
+        z.cpu()
+    del y, z
+    torch.tpu.synchronize()
+    assert (g(x.to("tpu")).cpu() - f(x)).abs().max() < 1e-4
 
 
 def test_a_failed_launch_is_raised_where_its_result_is_read():
