@@ -6,6 +6,7 @@
 #include <string>
 
 #include "lowering/helpers.h"
+#include "lowering/view.h"
 #include "lowering/windows.h"
 
 namespace lowering {
@@ -206,16 +207,54 @@ NllPick nll_pick(Ctx& c, const Value& x, size_t target_arg, size_t weight_arg, s
   return p;
 }
 
+// The input at each position's target class, and that class's weight (ones without weight), gathered:
+// the target's shape, not the input's (a one-hot select would read the whole [N, C] input twice more).
+struct NllGather {
+  Value picked, weight;
+  Value keep;  // pred: the target is not ignore_index
+};
+
+NllGather nll_gather(Ctx& c, const Value& x, size_t target_arg, size_t weight_arg, size_t ignore_arg) {
+  Builder& b = c.b;
+  int64_t class_dim = x.rank() >= 2 ? 1 : 0;
+  Dims tdims, strides(x.rank(), 1);
+  for (int64_t i = x.rank() - 2; i >= 0; --i) strides[i] = strides[i + 1] * x.dims()[i + 1];
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (i != class_dim) tdims.push_back(x.dims()[i]);
+  Type idx_type{ElementType::kS64, tdims};
+  Value target = b.reshape(b.convert(c.t(target_arg), ElementType::kS64), tdims);
+  NllGather g;
+  g.keep = b.compare(Cmp::NE, target, b.constant_i(c.i(ignore_arg), idx_type));
+  Value cls = b.clamp(b.constant_i(0, Type{ElementType::kS64, {}}), target,
+                      b.constant_i(x.dims()[class_dim] - 1, Type{ElementType::kS64, {}}));
+  Value linear = b.binary("multiply", cls, b.constant_i(strides[class_dim], idx_type));
+  for (int64_t i = 0, k = 0; i < x.rank(); ++i) {
+    if (i == class_dim) continue;
+    linear = b.binary("add", linear, b.binary("multiply", b.iota(idx_type, k++), b.constant_i(strides[i], idx_type)));
+  }
+  g.picked = gather_flat(b, b.reshape(x, {x.type.numel()}), linear);
+  g.weight = c.has(weight_arg) ? gather_flat(b, arg_as(c, weight_arg, x.elem()), cls) : like(b, 1, g.picked);
+  return g;
+}
+
 // nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight)
 V nll_loss_forward(Ctx& c) {
   Builder& b = c.b;
   Value x = arg_as(c, 0, compute_type(c.t(0).elem()));
-  NllPick p = nll_pick(c, x, 1, 2, 4);
-  Value zero = like(b, 0, x);
-  Value losses = reduce_sum(b, b.select(p.hit, b.unary("negate", mul(b, x, p.weight)), zero), {p.class_dim});
+  Value losses, total;
+  if (x.type.numel() > 0) {
+    NllGather g = nll_gather(c, x, 1, 2, 4);
+    Value zero = like(b, 0, g.picked);
+    losses = b.select(g.keep, b.unary("negate", mul(b, g.picked, g.weight)), zero);
+    total = reduce_sum(b, b.select(g.keep, g.weight, zero), iota_dims(0, losses.rank()));
+  } else {  // no classes or no samples: nothing to gather from
+    NllPick p = nll_pick(c, x, 1, 2, 4);
+    Value zero = like(b, 0, x);
+    losses = reduce_sum(b, b.select(p.hit, b.unary("negate", mul(b, x, p.weight)), zero), {p.class_dim});
+    total = reduce_sum(b, b.select(p.hit, p.weight, zero), iota_dims(0, x.rank()));
+  }
   int64_t reduction = c.i(3);
   if (reduction == kNone) return V{b.reshape(losses, c.out_dims(0)), b.constant(0, c.out(1))};
-  Value total = reduce_sum(b, b.select(p.hit, p.weight, zero), iota_dims(0, x.rank()));
   Value sum = reduce_sum(b, losses, iota_dims(0, losses.rank()));
   Value out = reduction == kMean ? div(b, sum, total) : sum;
   return V{b.reshape(out, c.out_dims(0)), b.reshape(total, c.out_dims(1))};
