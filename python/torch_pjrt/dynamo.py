@@ -69,6 +69,14 @@ def _storage_order(val):
     return order
 
 
+def _contiguous_strides(shape):
+    strides, n = [], 1
+    for d in reversed(shape):
+        strides.append(n)
+        n *= d
+    return strides[::-1]
+
+
 def _reads_whole(view, root):
     """Whether `view` (a meta view of `root`'s dense value) is that value itself or a permutation of its
     dims: what a program takes as the root's buffer (GraphBuilder.input with strides)."""
@@ -423,6 +431,7 @@ class _Lowering:
         program_ids, template = [], []
         written = {index for index, _ in self.mutations} | {index for index, _ in self.host_writes}
         out_index = {}  # value id -> its program output: a value returned twice is one output
+        view_outs = {}  # (root, sizes, strides, offset) -> the program output of that view of an intermediate
 
         def output(v):
             if v not in out_index:
@@ -453,6 +462,13 @@ class _Lowering:
                 else:
                     template.append(("view", (o, list(alias.shape), list(alias.stride()),
                                               alias.storage_offset())))
+            elif alias is not None and root.op != "placeholder" and shared[root] > 1:
+                # a reshape or slice of a shared intermediate: its own output, one per distinct view (the
+                # forward saves the normed hidden state as [tokens, hidden] once per projection)
+                key = (root, tuple(alias.shape), tuple(alias.stride()), alias.storage_offset())
+                if key not in view_outs:
+                    view_outs[key] = output(self.ids[r])
+                template.append(("view", (view_outs[key], list(alias.shape), _contiguous_strides(alias.shape), 0)))
             elif isinstance(r, torch.fx.Node) and isinstance(self.ids.get(r), int):
                 val = _fake_val(r)
                 order = _storage_order(val) if _is_tpu(val) else None
