@@ -153,6 +153,7 @@ class _Lowering:
         self.roots = {}  # view node -> the placeholder or intermediate its chain of views starts from
         self.placeholders = {}  # placeholder node -> its argument index
         self.pack_ids = {}  # dtype -> value id of the program input packing 0-d CPU inputs of that dtype
+        self.elements = {}  # value id -> (vector value id, index, length): the elements of such vectors
 
     def lower(self):
         placeholder = 0
@@ -174,7 +175,8 @@ class _Lowering:
                     if members[0] is node:  # one program input for the group, then each member's element
                         self.pack_ids[val.dtype] = self.g.input(val.dtype, [len(members)])
                         self.inputs.append(("pack", [self.placeholder_index(n) for n in members]))
-                    self.ids[node] = self.g.view(self.pack_ids[val.dtype], [], [], members.index(node), val.dtype)
+                    self.ids[node] = self.element(self.pack_ids[val.dtype], members.index(node), len(members),
+                                                  val.dtype)
                 elif isinstance(val, torch.Tensor):
                     # a dense input in another storage order (a weight's transpose saved for the backward)
                     # is passed as its storage and transposed in the program, not copied before the run
@@ -247,6 +249,8 @@ class _Lowering:
             raise Unsupported(f"in-place op aten::{name}")
         if not _C._GraphBuilder.has_row(name):
             raise Unsupported(f"aten::{name} (no lowering row)")
+        if name.startswith("_foreach_") and self.foreach_of_scalars(node, name):
+            return
         args, ids = self.arguments(node)
         val = _fake_val(node)
         vals = list(val) if isinstance(val, (tuple, list)) else [val]
@@ -266,6 +270,63 @@ class _Lowering:
         res = [_Const(v) if isinstance(v, (int, float, bool)) else next(res) for v in vals]
         res = [None if r is None or (isinstance(r, int) and r < 0) else r for r in res]
         self.ids[node] = res if isinstance(val, (tuple, list)) else res[0]
+
+    def foreach_of_scalars(self, node, name):
+        """A _foreach_ op whose tensor lists are 0-d tensors (the optimizer's per-parameter step counts
+        and bias corrections) as the same op on one vector of them: one fused computation instead of one
+        per parameter. The results are that vector's elements. False when the op has other tensors."""
+        lists = [a for a in node.args if isinstance(a, (list, tuple)) and any(isinstance(e, torch.fx.Node) for e in a)]
+        if not lists or any(isinstance(a, torch.fx.Node) for a in node.args) or any(
+            isinstance(v, (torch.fx.Node, list, tuple)) for v in node.kwargs.values()
+        ):
+            return False
+        n = len(lists[0])
+        val = _fake_val(node)
+        if n < 2 or any(len(a) != n for a in lists) or not isinstance(val, (list, tuple)) or len(val) != n:
+            return False
+        for a in lists:
+            vals = [_fake_val(e) if isinstance(e, torch.fx.Node) else None for e in a]
+            if not all(isinstance(v, torch.Tensor) and v.dim() == 0 and v.dtype == vals[0].dtype for v in vals):
+                return False
+            if not all(isinstance(self.ids.get(e), int) for e in a):
+                return False
+        if not all(isinstance(v, torch.Tensor) and v.dim() == 0 and v.dtype == val[0].dtype for v in val):
+            return False
+        args, _ = self.arguments(node)
+        ids, k = [], 0
+        for i, a in enumerate(args):
+            if isinstance(a, list) and a and all(isinstance(e, torch.Tensor) and e.device.type == "meta" for e in a):
+                dtype = a[0].dtype
+                ids.append(self.vector_of([self.ids[e] for e in lists[k]], dtype))
+                args[i] = [torch.empty([n], dtype=dtype, device="meta")]
+                k += 1
+        if k != len(lists):
+            return False
+        try:
+            (vec,) = self.g.apply(name, args, ids, [(val[0].dtype, [n])])
+        except Exception:
+            return False  # the op per element, as without vectors
+        self.ids[node] = [self.element(vec, i, n, val[0].dtype) for i in range(n)]
+        return True
+
+    def element(self, vec, i, n, dtype):
+        """Element i of vector value `vec` (of n), remembered as such (vector_of)."""
+        e = self.g.view(vec, [], [], i, dtype)
+        self.elements[e] = (vec, i, n)
+        return e
+
+    def vector_of(self, ids, dtype):
+        """A vector value of the 0-d values `ids`: the vector they are the elements of, in order, or them
+        concatenated."""
+        first = self.elements.get(ids[0])
+        if first is not None and first[2] == len(ids) and all(
+            self.elements.get(e) == (first[0], i, first[2]) for i, e in enumerate(ids)
+        ):
+            return first[0]
+        meta = torch.empty([1], dtype=dtype, device="meta")
+        ones = [self.g.view(e, [1], [1], 0, dtype) for e in ids]
+        (vec,) = self.g.apply("cat", [[meta] * len(ids), 0], ones, [(dtype, [len(ids)])])
+        return vec
 
     def scatter(self, node):
         base, src = node.args[0], node.args[1]

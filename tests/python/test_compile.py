@@ -230,6 +230,31 @@ def test_an_intermediate_returned_many_times_is_one_program_output():
     assert outs[3] is not outs[4]
 
 
+def test_foreach_ops_over_scalars_are_one_vector_op():
+    """A _foreach_ op over lists of 0-d tensors (AdamW's bias corrections from the per-parameter step
+    counts) is lowered as the same op on one vector of them, chained ops reusing that vector: one
+    computation instead of one per parameter, with the CPU's values."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(steps, ws):
+        s = torch._foreach_add(steps, 1)
+        bc1 = torch._foreach_sub(torch._foreach_pow(0.9, s), 1)
+        bc2 = torch._foreach_sqrt(torch._foreach_neg(torch._foreach_sub(torch._foreach_pow(0.999, s), 1)))
+        size = torch._foreach_div(torch._foreach_reciprocal(bc1), bc2)
+        return [w * k for w, k in zip(ws, size)]
+
+    steps = [torch.tensor(float(k)) for k in (3, 1, 7, 2)]
+    ws = [torch.randn(3, k + 1) for k in range(4)]
+    gm = make_fx(f, tracing_mode="fake")([t.to("tpu") for t in steps], [w.to("tpu") for w in ws])
+    lowering = torch_pjrt.dynamo._Lowering(gm, "foreach_scalars")
+    compiled = lowering.lower()
+    vectors = {vec for vec, _, _ in lowering.elements.values()}
+    assert len(vectors) == 9  # one vector result per _foreach_ op
+    got = compiled([t.to("tpu") for t in steps] + [w.to("tpu") for w in ws])
+    for a, b in zip(got, f(steps, ws)):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-6, atol=1e-6)
+
+
 def test_a_transposed_result_keeps_the_strides_eager_gives_it():
     """A result in another storage order (a projection's transpose) is returned in that order: the same
     strides as on the CPU, and one program run."""
