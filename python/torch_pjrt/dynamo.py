@@ -476,14 +476,51 @@ class _Lowering:
         if not self.host_writes:
             return None
         g, env, arg_indices = torch.fx.Graph(), {}, []
-        for n in self.host_cone([src for _, src in self.host_writes]):
+        cone = self.host_cone([src for _, src in self.host_writes])
+        inplace = self.host_inplace(cone)
+        for n in cone:
             if n.op == "placeholder":
                 env[n] = g.placeholder(n.name)
                 arg_indices.append(self.placeholders[n])
-            else:
+            elif n is inplace[0] if inplace else False:
+                g.call_function(inplace[1], tuple(env[a] if isinstance(a, torch.fx.Node) else
+                                                  [env[e] for e in a] if isinstance(a, (list, tuple)) else a
+                                                  for a in n.args), dict(n.kwargs))
+            elif not inplace:
                 env[n] = g.node_copy(n, lambda a: env[a])
+        if inplace:  # the op wrote the arguments: nothing to copy back
+            g.output([])
+            return torch.fx.GraphModule(self.gm, g), arg_indices, []
         g.output([env[src] for _, src in self.host_writes])
         return torch.fx.GraphModule(self.gm, g), arg_indices, [index for index, _ in self.host_writes]
+
+    def host_inplace(self, cone):
+        """(node, in-place overload) when the host writes are one out-of-place _foreach_ op whose results
+        all go back into its first list (the optimizer's `step += 1` for every parameter): run as the
+        in-place op, one call without copies. None otherwise."""
+        ops = [n for n in cone if n.op == "call_function" and n.target is not operator.getitem]
+        if len(ops) != 1 or not isinstance(ops[0].target, torch._ops.OpOverload):
+            return None
+        node = ops[0]
+        packet = node.target.overloadpacket.__name__
+        if not packet.startswith("_foreach_") or packet.endswith("_") or not node.args:
+            return None
+        first = node.args[0]
+        if not isinstance(first, (list, tuple)) or len(first) != len(self.host_writes):
+            return None
+        written = set()
+        for index, src in self.host_writes:  # result k written into the argument first[k], for every k
+            k = src.args[1] if src.target is operator.getitem and src.args[0] is node else None
+            if not (isinstance(k, int) and 0 <= k < len(first) and isinstance(first[k], torch.fx.Node)
+                    and first[k].op == "placeholder" and self.placeholders[first[k]] == index):
+                return None
+            written.add(k)
+        if len(written) != len(first):
+            return None
+        inplace = getattr(getattr(torch.ops.aten, packet + "_", None), node.target._overloadname, None)
+        if inplace is None or any(isinstance(a, torch.fx.Node) for a in node.args[1:]):
+            return None
+        return node, inplace
 
     def finish(self, out_node):
         results = out_node.args[0]
@@ -582,6 +619,32 @@ class _Compiled:
         self.copies = [(i, o) for i, o in writes if not (on_tpu.get(i) and i in position)]
         self.outs = [v for kind, v in template if kind == "out"]
         self.all_out = len(self.outs) == len(template) and self.outs == list(range(len(self.outs)))
+        self._build, self._build_consts = self._results_function(template)
+
+    @staticmethod
+    def _results_function(template):
+        """The template as one generated function (args, outs, consts) -> results: the per-call work of
+        a forward returning dozens of views is a few attribute calls, not a loop of Python dispatch."""
+        exprs, consts = [], []
+        for kind, v in template:
+            if kind == "out":
+                exprs.append(f"outs[{int(v)}]")
+            elif kind == "arg":
+                exprs.append(f"args[{int(v)}]")
+            elif kind == "alias":  # a view of an argument, at its offset
+                i, sizes, strides, offset = v
+                sizes, strides = tuple(map(int, sizes)), tuple(map(int, strides))
+                exprs.append(f"args[{int(i)}].as_strided({sizes}, {strides}, args[{int(i)}].storage_offset() + {int(offset)})")
+            elif kind == "view":  # a view of a program output (dense, offset 0)
+                o, sizes, strides, offset = v
+                sizes, strides = tuple(map(int, sizes)), tuple(map(int, strides))
+                exprs.append(f"outs[{int(o)}].as_strided({sizes}, {strides}, {int(offset)})")
+            else:
+                exprs.append(f"consts[{len(consts)}]")
+                consts.append(v)
+        namespace = {}
+        exec("def build(args, outs, consts):\n    return [" + ", ".join(exprs) + "]\n", namespace)
+        return namespace["build"], consts
 
     def _const(self, t, device):
         c = self.consts.get(device)
@@ -591,23 +654,6 @@ class _Compiled:
         if key not in c:
             c[key] = t.detach().to(device)
         return c[key]
-
-    @staticmethod
-    def _alias(args, index, sizes, strides, offset):
-        a = args[index]
-        return a.as_strided(sizes, strides, a.storage_offset() + offset)
-
-    def _result(self, kind, v, args, outs):
-        if kind == "out":
-            return outs[v]
-        if kind == "arg":
-            return args[v]
-        if kind == "alias":
-            return self._alias(args, *v)
-        if kind == "view":  # a view of a program output (dense, offset 0)
-            o, sizes, strides, offset = v
-            return outs[o].as_strided(sizes, strides, offset)
-        return v
 
     def __call__(self, args):
         device = args[self.device_arg].device if self.device_arg is not None else torch.device("tpu")
@@ -636,7 +682,7 @@ class _Compiled:
                     args[index].copy_(v)
         if self.all_out:
             return outs[0] if self.single else outs[: len(self.outs)]
-        result = [self._result(kind, v, args, outs) for kind, v in self.template]
+        result = self._build(args, outs, self._build_consts)
         return result[0] if self.single else result
 
 

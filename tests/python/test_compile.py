@@ -105,6 +105,35 @@ def test_input_mutations_are_written_back():
     torch.testing.assert_close(tb.cpu(), b)
 
 
+def test_cpu_scalars_a_graph_counts_up_are_updated_on_the_host():
+    """0-d CPU tensors a graph updates (an optimizer's step counts) are updated on the CPU, as in eager:
+    one in-place _foreach_ call when that is all (AdamW's steps), the graph's own ops otherwise; the
+    tpu results use the updated values, as on the CPU."""
+
+    def counts(x, steps):
+        torch._foreach_add_(steps, 1)
+        return x * steps[0] + steps[2]
+
+    def mixed(x, steps, c):
+        torch._foreach_add_(steps, 1)
+        c.mul_(3)
+        return x * steps[1] - c
+
+    x = torch.randn(4)
+    for fn, extra in ((counts, []), (mixed, [torch.tensor(2.0)])):
+        torch._dynamo.reset()
+        cpu_steps = [torch.tensor(float(k)) for k in range(3)]
+        tpu_steps = [t.clone() for t in cpu_steps]
+        cpu_extra, tpu_extra = [t.clone() for t in extra], [t.clone() for t in extra]
+        g = torch.compile(fn, backend="tpu")
+        for _ in range(3):
+            want = fn(x, cpu_steps, *cpu_extra)
+            got = g(x.to("tpu"), tpu_steps, *tpu_extra)
+            torch.testing.assert_close(got.cpu(), want)
+        for a, b in zip(tpu_steps + tpu_extra, cpu_steps + cpu_extra):
+            assert a.device.type == "cpu" and a.item() == b.item()
+
+
 def test_batch_norm_running_stats_land():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
