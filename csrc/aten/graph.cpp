@@ -208,7 +208,13 @@ int GraphBuilder::view(int id, const std::vector<int64_t>& sizes, const std::vec
   lowering::BaseForm form{true, v.elem(), v.dims(),
                           v.type.numel() * static_cast<int64_t>(pjrt::byte_size(v.elem()))};
   lowering::ViewForm view{element_type(dtype), sizes, strides, offset};
-  return add(lowering::read_view(b_, v, form, view));
+  int result = add(lowering::read_view(b_, v, form, view));
+  hlo::Dims order = view.storage_order();
+  if (offset == 0 && !view.contiguous() && permuted(view, order).contiguous()) {
+    layouts_.resize(values_.size());
+    layouts_[result] = order;  // a transpose of a dense value (a weight's .t()): rows' layout hint, as in eager
+  }
+  return result;
 }
 
 int GraphBuilder::scatter_view(int base, int src, const std::vector<int64_t>& sizes,
