@@ -50,6 +50,14 @@ lowering::ViewForm permuted(const lowering::ViewForm& view, const hlo::Dims& ord
   return p;
 }
 
+// The storage order of a dense tensor laid out in another order than row-major (a transpose); empty for a
+// row-major view or one with gaps, overlaps or an offset.
+hlo::Dims dense_order(const lowering::ViewForm& view) {
+  if (view.offset != 0 || view.contiguous()) return {};
+  hlo::Dims order = view.storage_order();
+  return permuted(view, order).contiguous() ? order : hlo::Dims{};
+}
+
 // A buffer of no elements of `spec` on `device`, made once (an empty input, which has no storage buffer,
 // costs no program per run; a donor gets a copy, as the cache holds it too).
 pjrt::BufferPtr empty_input(int device, const pjrt::TensorSpec& spec) {
@@ -122,11 +130,8 @@ int GraphBuilder::input(at::ScalarType dtype, const std::vector<int64_t>& sizes,
                         const std::vector<int64_t>& strides) {
   pjrt::TensorSpec spec{element_type(dtype), sizes};
   hlo::Dims order;
-  if (!donor && strides.size() == sizes.size()) {  // a donor is written back whole: it stays row-major
-    lowering::ViewForm view{spec.type, sizes, strides};
-    hlo::Dims o = view.storage_order();
-    if (!view.contiguous() && permuted(view, o).contiguous()) order = o;
-  }
+  if (!donor && strides.size() == sizes.size())  // a donor is written back whole: it stays row-major
+    order = dense_order(lowering::ViewForm{spec.type, sizes, strides});
   if (order.empty()) {
     inputs_.push_back({false, static_cast<int>(num_tensor_inputs_++), spec, donor});
     return add(b_.arg(hlo::Type{spec.type, spec.dims}, donor ? "jax.buffer_donor = true" : ""));
@@ -209,8 +214,8 @@ int GraphBuilder::view(int id, const std::vector<int64_t>& sizes, const std::vec
                           v.type.numel() * static_cast<int64_t>(pjrt::byte_size(v.elem()))};
   lowering::ViewForm view{element_type(dtype), sizes, strides, offset};
   int result = add(lowering::read_view(b_, v, form, view));
-  hlo::Dims order = view.storage_order();
-  if (offset == 0 && !view.contiguous() && permuted(view, order).contiguous()) {
+  hlo::Dims order = dense_order(view);
+  if (!order.empty()) {
     layouts_.resize(values_.size());
     layouts_[result] = order;  // a transpose of a dense value (a weight's .t()): rows' layout hint, as in eager
   }

@@ -482,13 +482,11 @@ class _Lowering:
             if n.op == "placeholder":
                 env[n] = g.placeholder(n.name)
                 arg_indices.append(self.placeholders[n])
-            elif n is inplace[0] if inplace else False:
-                g.call_function(inplace[1], tuple(env[a] if isinstance(a, torch.fx.Node) else
-                                                  [env[e] for e in a] if isinstance(a, (list, tuple)) else a
-                                                  for a in n.args), dict(n.kwargs))
-            elif not inplace:
+            elif inplace is None:
                 env[n] = g.node_copy(n, lambda a: env[a])
-        if inplace:  # the op wrote the arguments: nothing to copy back
+            elif n is inplace[0]:  # the op itself, in place; its getitems are not needed
+                g.call_function(inplace[1], torch.fx.node.map_arg(n.args, lambda a: env[a]), dict(n.kwargs))
+        if inplace is not None:  # the op wrote the arguments: nothing to copy back
             g.output([])
             return torch.fx.GraphModule(self.gm, g), arg_indices, []
         g.output([env[src] for _, src in self.host_writes])
@@ -550,23 +548,21 @@ class _Lowering:
                 else:
                     template.append(("alias", (index, list(alias.shape), list(alias.stride()),
                                                alias.storage_offset())))
-            elif alias is not None and root.op != "placeholder" and shared[root] > 1 and _reads_whole(alias, root):
-                # one of several results that are an intermediate or views of it: the intermediate is one
-                # output, the others views of it (those a program can read as that output's buffer: a
-                # reshape or a slice would be copied by the program that reads it, so it is its own output)
-                o = output(self.ids[root])
-                if r is root:
-                    template.append(("out", o))
-                else:
-                    template.append(("view", (o, list(alias.shape), list(alias.stride()),
-                                              alias.storage_offset())))
             elif alias is not None and root.op != "placeholder" and shared[root] > 1:
-                # a reshape or slice of a shared intermediate: its own output, one per distinct view (the
-                # forward saves the normed hidden state as [tokens, hidden] once per projection)
-                key = (root, tuple(alias.shape), tuple(alias.stride()), alias.storage_offset())
-                if key not in view_outs:
-                    view_outs[key] = output(self.ids[r])
-                template.append(("view", (view_outs[key], list(alias.shape), _contiguous_strides(alias.shape), 0)))
+                # one of several results that are an intermediate or views of it: the intermediate is one
+                # output, and the views a program can read as its buffer (itself, a transpose) views of it;
+                # a reshape or a slice (which a program reading it would copy) is its own output, one per
+                # distinct view (the forward saves the normed hidden state as [tokens, hidden] per projection)
+                if r is root:
+                    template.append(("out", output(self.ids[root])))
+                elif _reads_whole(alias, root):
+                    template.append(("view", (output(self.ids[root]), list(alias.shape), list(alias.stride()),
+                                              alias.storage_offset())))
+                else:
+                    key = (root, tuple(alias.shape), tuple(alias.stride()), alias.storage_offset())
+                    if key not in view_outs:
+                        view_outs[key] = output(self.ids[r])
+                    template.append(("view", (view_outs[key], list(alias.shape), _contiguous_strides(alias.shape), 0)))
             elif isinstance(r, torch.fx.Node) and isinstance(self.ids.get(r), int):
                 val = _fake_val(r)
                 order = _storage_order(val) if _is_tpu(val) else None
