@@ -24,16 +24,19 @@ Value dot(Builder& b, Value x, Value y, const Dims& lb, const Dims& rb, const Di
 // against 0.11 ms), so on XLA:CPU it goes to the host kernel of grouped rows (one group), which reads the
 // weight in its storage order at about the dense form's speed: up to 64 rows, and up to 256 for weights of
 // 1M elements or more (measured: K = N = 1024 at 128 and 256 rows 2.4x and 1.3x faster than the dot; at
-// K = N = 512 and 128 rows a tie). Small weights and one row (a vector product, which XLA does well) keep
-// the dot. In the accumulation type, as dot().
+// K = N = 512 and 128 rows a tie). Small weights go there too at up to 8 rows (a decode step's batch): the
+// tiny Llama of bench/modes.py (64 wide, K * N 2K-16K) decodes at batch 8 in 350 us a step instead of 410,
+// while at 32 rows and more XLA's dot of such weights is the faster. Weights of under 1K elements and one
+// row (a vector product, which XLA does well) keep the dot. In the accumulation type, as dot().
 bool transposed_weight_rows(Ctx& c, size_t a, size_t m) {
   const Value& x = c.t(a);
   const Value& y = c.t(m);
   const int64_t rows = x.dims()[0], k = x.dims()[1], n = y.dims()[1];
   const ElementType t = c.out_type();
   const bool types = (t == ElementType::kF32 || t == ElementType::kBF16) && x.elem() == t && y.elem() == t;
-  return types && c.arg(m).layout == Dims{1, 0} && rows >= 2 && k * n >= 65536 &&
-         (rows <= 64 || (rows <= 256 && k * n >= (int64_t{1} << 20))) && host_kernels();
+  const int64_t size = k * n;
+  const bool fits = rows <= 8 ? size >= 1024 : rows <= 64 ? size >= 65536 : rows <= 256 && size >= (int64_t{1} << 20);
+  return types && c.arg(m).layout == Dims{1, 0} && rows >= 2 && fits && host_kernels();
 }
 
 Value mm(Ctx& c, size_t a, size_t m) {

@@ -755,12 +755,12 @@ def test_interpolate_source_coordinates_as_the_cpu(mode, antialias):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows,k,n", [(2, 300, 512), (5, 300, 512), (64, 300, 512), (65, 300, 512), (200, 1024, 1024)])
+@pytest.mark.parametrize("rows,k,n", [(2, 300, 512), (5, 300, 512), (64, 300, 512), (65, 300, 512), (200, 1024, 1024), (8, 64, 32), (3, 64, 256)])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_linear_at_a_few_rows_matches_cpu(dtype, rows, k, n, compiled):
     """nn.Linear at a few rows (decoding): on XLA:CPU the product of the weight's transpose goes to the
-    host kernel of grouped rows up to 64 rows (256 for a weight of 1M elements; XLA's dot of that form is
-    10-20x slower there), a dot beyond. float32 is as near the float64 result as the CPU's (within 2x) and
+    host kernel of grouped rows up to 64 rows (256 for a weight of 1M elements, 8 for one of 1K; XLA's dot
+    of that form is 10-20x slower there), a dot beyond. float32 is as near the float64 result as the CPU's (within 2x) and
     within the CPU's tolerance scaled by sqrt(K); bfloat16 is the float32 sums rounded once. With a bias,
     and a 3-d input (the leading dims flattened into rows)."""
     torch.manual_seed(rows)
