@@ -154,8 +154,16 @@ Value nan_extremum(Builder& b, const char* op, Value x, Value y) {
 Value nan_max(Builder& b, Value x, Value y) { return nan_extremum(b, "maximum", x, y); }
 Value nan_min(Builder& b, Value x, Value y) { return nan_extremum(b, "minimum", x, y); }
 
+// An extremum of bfloat16 values is reduced in float32 and rounded back, which is exact (the result is
+// one of the values). XLA:CPU computes a bfloat16 reduction in float32 either way, but rounds the running
+// value back to bfloat16 after every element (the compiler's excess precision is off: torch rounds every
+// op), in software: amax over [4096, 1024] took 25-29 ms, 1.9 ms this way (torch's CPU kernel: 0.7 ms).
+// float16 has the hardware's conversions and is faster as it is (0.65 ms; 1.7 ms through float32).
 Value reduce(Builder& b, Value x, const Dims& dims, const char* combiner, Value init) {
   std::string op = combiner;
+  constexpr ElementType f32 = ElementType::kF32;
+  if ((op == "maximum" || op == "minimum") && x.elem() == ElementType::kBF16)
+    return b.convert(reduce(b, b.convert(x, f32), dims, combiner, b.convert(init, f32)), x.elem());
   return b.reduce({x}, {init}, dims, [op](Builder& bb, const std::vector<Value>& v) {
     if (op == "maximum") return std::vector<Value>{nan_max(bb, v[0], v[1])};
     if (op == "minimum") return std::vector<Value>{nan_min(bb, v[0], v[1])};
