@@ -19,7 +19,7 @@ struct ExtensionBase {
 };
 inline constexpr int kExtensionMetadata = 1;
 
-enum DataType : int { kS32 = 4, kS64 = 5, kF16 = 10, kF32 = 11, kBF16 = 16 };
+enum DataType : int { kS32 = 4, kS64 = 5, kF16 = 10, kF32 = 11, kF64 = 12, kBF16 = 16 };
 enum Stage : int { kExecute = 3 };
 enum ErrorCode : int { kInvalidArgument = 3, kInternal = 13 };
 

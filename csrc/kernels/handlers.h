@@ -28,6 +28,9 @@ inline bool executing(ffi::CallFrame* f) {
 // ragged_dot.cpp
 ffi::Error* ragged_rows_nt(ffi::CallFrame* f);
 ffi::Error* ragged_rows_nn(ffi::CallFrame* f);
+// scan.cpp
+ffi::Error* cumsum(ffi::CallFrame* f);
+ffi::Error* cumprod(ffi::CallFrame* f);
 // sort.cpp
 ffi::Error* sorted_prefix_descending(ffi::CallFrame* f);
 ffi::Error* sorted_prefix_ascending(ffi::CallFrame* f);

@@ -34,4 +34,9 @@ inline constexpr const char* kRaggedRowsNn = "torch_pjrt_ragged_rows_nn";
 inline constexpr const char* kSortedPrefixDescending = "torch_pjrt_sorted_prefix_desc";
 inline constexpr const char* kSortedPrefixAscending = "torch_pjrt_sorted_prefix_asc";
 
+// Running sum / product along the middle dim of x[outer, n, inner] (float32, float64 or int64), as
+// torch's CPU kernel accumulates: float32 in double, each result rounded once; int64 wrapping.
+inline constexpr const char* kCumsum = "torch_pjrt_cumsum";
+inline constexpr const char* kCumprod = "torch_pjrt_cumprod";
+
 }  // namespace kernels

@@ -14,96 +14,19 @@
 // accumulate in float32, as the widening code does, with 32 weights per instruction instead of 8 and no
 // widening; as the instruction does, subnormal inputs count as zero.
 #include <immintrin.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kernels/handlers.h"
 #include "kernels/kernels.h"
+#include "kernels/pool.h"
 
 namespace kernels {
 namespace {
-
-// ---- threads: the caller and helpers take items from one counter; TORCH_PJRT_KERNEL_THREADS threads in
-// all (default: one per core).
-class Pool {
- public:
-  static Pool& get() {
-    static Pool* pool = [] {
-      const char* e = std::getenv("TORCH_PJRT_KERNEL_THREADS");
-      int threads = e && *e ? std::atoi(e) : static_cast<int>(std::thread::hardware_concurrency());
-      return new Pool(std::max(threads, 1) - 1);  // leaked: helpers run until the process ends
-    }();
-    return *pool;
-  }
-
-  // fn(i) for every i in [0, n), spread over the threads; returns when all are done.
-  void run(int64_t n, const std::function<void(int64_t)>& fn) {
-    // one job at a time; a forked child has no helpers
-    if (helpers_.empty() || n <= 1 || getpid() != pid_) {
-      for (int64_t i = 0; i < n; ++i) fn(i);
-      return;
-    }
-    std::lock_guard<std::mutex> one(run_mu_);
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      fn_ = &fn;
-      n_ = n;
-      next_.store(0);
-      busy_ = static_cast<int>(helpers_.size());
-      ++generation_;
-    }
-    wake_.notify_all();
-    work(fn, n);
-    std::unique_lock<std::mutex> g(mu_);
-    done_.wait(g, [&] { return busy_ == 0; });
-  }
-
- private:
-  explicit Pool(int helpers) : pid_(getpid()) {
-    for (int i = 0; i < helpers; ++i) helpers_.emplace_back([this] { loop(); });
-    for (auto& t : helpers_) t.detach();
-  }
-  void work(const std::function<void(int64_t)>& fn, int64_t n) {
-    for (int64_t i; (i = next_.fetch_add(1)) < n;) fn(i);
-  }
-  void loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      const std::function<void(int64_t)>* fn;
-      int64_t n;
-      {
-        std::unique_lock<std::mutex> g(mu_);
-        wake_.wait(g, [&] { return generation_ != seen; });
-        seen = generation_;
-        fn = fn_;
-        n = n_;
-      }
-      work(*fn, n);
-      std::lock_guard<std::mutex> g(mu_);
-      if (--busy_ == 0) done_.notify_one();
-    }
-  }
-
-  const pid_t pid_;
-  std::vector<std::thread> helpers_;
-  std::mutex run_mu_, mu_;
-  std::condition_variable wake_, done_;
-  const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0;
-  std::atomic<int64_t> next_{0};
-  int busy_ = 0;
-  uint64_t generation_ = 0;
-};
 
 // ---- element types of the weights
 struct BF16 {

@@ -16,6 +16,8 @@ bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
       {kRaggedRowsNn, ragged_rows_nn},
       {kSortedPrefixDescending, sorted_prefix_descending},
       {kSortedPrefixAscending, sorted_prefix_ascending},
+      {kCumsum, cumsum},
+      {kCumprod, cumprod},
   };
   try {
     for (const auto& k : all) plugin.register_ffi_handler(k.target, "Host", reinterpret_cast<void*>(k.handler));

@@ -60,3 +60,49 @@ def test_argmax_compiled_matches_cpu():
     f = torch.compile(lambda t: (t * 2 - 1).argmax(-1), backend="tpu")
     got = f(x.to("tpu"))
     assert torch.equal(got.cpu(), (x * 2 - 1).argmax(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32, torch.bool])
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+def test_running_sums_and_products_match_cpu(op, dtype):
+    """cumsum/cumprod along each dim (on the CPU plugin: the host kernel, accumulating as torch's CPU
+    kernel does, float32 in double; elsewhere the log-step scan), with NaN and infinities, int64 wrapping
+    around, a requested result dtype, a 0-d and an empty input."""
+    g = torch.Generator().manual_seed(1)
+    # products near 1 (no overflow, where the order of the products decides between inf and a number)
+    x = torch.rand(6, 300, 5, generator=g) * 0.6 + 0.7 if op == "cumprod" else torch.randn(6, 300, 5, generator=g)
+    if dtype == torch.bool:
+        x = x > 0.7
+    elif not dtype.is_floating_point:  # integers: products of 1s and a few 2s and -1s stay in range
+        x = torch.where(x > 1.25, 2, 1) * torch.where(x < 0.72, -1, 1) if op == "cumprod" else (x * 100).round()
+        x = x.to(dtype)
+    else:
+        x[1, 7, 2], x[2, 100, 0], x[3, 50, 4] = NAN, INF, -INF
+        x = x.to(dtype)
+    f = getattr(torch, op)
+    tol = dict(equal_nan=True)
+    if dtype == torch.bfloat16:  # one rounding apart where the CPU's float sum and ours round differently
+        tol.update(atol=0.02, rtol=0.02)
+    for dim in (0, 1, 2, -1):
+        check(lambda t, d=dim: f(t, d), x, **tol)
+    check(lambda t: f(t[:, ::3].transpose(0, 1), 0), x, **tol)  # a strided view
+    check(lambda t: f(t, 1, dtype=torch.float64), x, **tol)
+    check(lambda t: f(t.reshape(-1)[:0], 0), x)
+    check(lambda t: f(t[0, 0, 0], 0), x)
+    if dtype == torch.int64:
+        big = torch.tensor([2**62, 2**62, 2**62, -5], dtype=torch.int64)  # wraps around, as on the CPU
+        check(lambda t: f(t, 0), big)
+
+
+def test_cumsum_of_float32_is_the_cpus_to_the_bit():
+    """A long float32 running sum (a top-p step's cumulative probabilities over a 151936-token vocabulary)
+    accumulates in double as torch's CPU kernel does: the same bits, not only close (the host kernel; the
+    log-step scan elsewhere is only close)."""
+    import torch_pjrt
+
+    if not torch_pjrt.plugin_info().get("host_kernels"):
+        pytest.skip("no host kernels on this plugin")
+    g = torch.Generator().manual_seed(2)
+    p = torch.rand(4, 151936, generator=g).softmax(-1)
+    got = p.to("tpu").cumsum(-1).cpu()
+    assert torch.equal(got, p.cumsum(-1))
