@@ -31,6 +31,8 @@ ffi::Error* ragged_rows_nn(ffi::CallFrame* f);
 // scan.cpp
 ffi::Error* cumsum(ffi::CallFrame* f);
 ffi::Error* cumprod(ffi::CallFrame* f);
+// transpose.cpp
+ffi::Error* transpose(ffi::CallFrame* f);
 // sort.cpp
 ffi::Error* sorted_prefix_descending(ffi::CallFrame* f);
 ffi::Error* sorted_prefix_ascending(ffi::CallFrame* f);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu.h"
 #include "kernels/handlers.h"
 #include "kernels/kernels.h"
 #include "kernels/pool.h"
@@ -189,20 +190,7 @@ TP_AVX2 void nn_avx2(const float* x, int64_t k, const W* w, float* y, int64_t n,
   if (j < n1) nn_portable(R, x, k, w, y, n, j, n1);
 }
 
-// The instruction sets the kernels take: the best the CPU has, capped by TORCH_PJRT_KERNEL_ISA
-// (portable|avx2, to test the other paths on any machine).
-enum class Isa { kPortable, kAvx2, kAvx512Bf16 };
-Isa pick_isa() {
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  const bool bf16 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512bf16");
-  const char* cap = std::getenv("TORCH_PJRT_KERNEL_ISA");
-  const std::string c = cap ? cap : "";
-  if (c == "portable" || !avx2) return Isa::kPortable;
-  if (c == "avx2" || !bf16) return Isa::kAvx2;
-  return Isa::kAvx512Bf16;
-}
-const Isa kIsa = pick_isa();
+const Isa kIsa = isa();
 const bool kHasAvx2 = kIsa != Isa::kPortable;
 
 // ---- AVX512-BF16: R bfloat16 rows times C weight rows at a time, 32 of K per step (pairs of products

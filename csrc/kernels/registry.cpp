@@ -18,6 +18,7 @@ bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
       {kSortedPrefixAscending, sorted_prefix_ascending},
       {kCumsum, cumsum},
       {kCumprod, cumprod},
+      {kTranspose, transpose},
   };
   try {
     for (const auto& k : all) plugin.register_ffi_handler(k.target, "Host", reinterpret_cast<void*>(k.handler));

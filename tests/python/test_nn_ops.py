@@ -755,12 +755,14 @@ def test_interpolate_source_coordinates_as_the_cpu(mode, antialias):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows,k,n", [(2, 300, 512), (5, 300, 512), (64, 300, 512), (65, 300, 512), (200, 1024, 1024), (8, 64, 32), (3, 64, 256)])
+@pytest.mark.parametrize("rows,k,n", [(2, 300, 512), (5, 300, 512), (64, 300, 512), (65, 300, 512), (200, 1024, 1024),
+                                      (8, 64, 32), (3, 64, 256), (300, 517, 509), (600, 1024, 1024)])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_linear_at_a_few_rows_matches_cpu(dtype, rows, k, n, compiled):
-    """nn.Linear at a few rows (decoding): on XLA:CPU the product of the weight's transpose goes to the
-    host kernel of grouped rows up to 64 rows (256 for a weight of 1M elements, 8 for one of 1K; XLA's dot
-    of that form is 10-20x slower there), a dot beyond. float32 is as near the float64 result as the CPU's (within 2x) and
+def test_linear_matches_cpu(dtype, rows, k, n, compiled):
+    """nn.Linear at a few rows (decoding) and at many: on XLA:CPU the product of the weight's transpose goes
+    to the host kernel of grouped rows up to 64 rows (256 for a weight of 1M elements, 8 for one of 1K; XLA's
+    dot of that form is 10-20x slower there); beyond, a weight of 256K elements or more is transposed by the
+    host kernel (edges of tiles included: 517 x 509) and the product is the dense dot, a dot otherwise. float32 is as near the float64 result as the CPU's (within 2x) and
     within the CPU's tolerance scaled by sqrt(K); bfloat16 is the float32 sums rounded once. With a bias,
     and a 3-d input (the leading dims flattened into rows)."""
     torch.manual_seed(rows)
@@ -780,3 +782,33 @@ def test_linear_at_a_few_rows_matches_cpu(dtype, rows, k, n, compiled):
             torch.testing.assert_close(got, cpu, atol=1e-5 * (k / 16) ** 0.5, rtol=1.3e-6 * (k / 16) ** 0.5)
         else:
             torch.testing.assert_close(got, exact.float().to(dtype), atol=1e-5 * (k / 16) ** 0.5, rtol=1.6e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.int64])
+def test_product_with_a_transposed_matrix_of_other_types_matches_cpu(dtype):
+    """The transposed-weight path for 8-byte and 2-byte elements (and integers, which are exact)."""
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(300, 600, generator=g), torch.randn(600, 600, generator=g)
+    if dtype == torch.int64:
+        x, w = (x * 3).round(), (w * 3).round()
+    x, w = x.to(dtype), w.to(dtype)
+    got = (x.to("tpu") @ w.to("tpu").t()).cpu()
+    if dtype == torch.float16:  # float32 sums rounded once, as the CPU's
+        torch.testing.assert_close(got, (x.float() @ w.float().t()).half(), atol=0.05, rtol=2e-3)
+    else:
+        torch.testing.assert_close(got, x @ w.t())
+
+
+def test_linear_on_the_portable_kernels():
+    """The linear tests again in a child process with the host kernels' portable loops (CPUs without
+    AVX2: the transpose element by element, the grouped rows without vector code)."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", __file__, "-k",
+           "linear_matches_cpu and eager or transposed_matrix_of_other_types"]
+    env = dict(os.environ, TORCH_PJRT_KERNEL_ISA="portable")
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert " passed" in out.stdout and "failed" not in out.stdout
