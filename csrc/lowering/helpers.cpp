@@ -1,5 +1,7 @@
 #include "lowering/helpers.h"
 
+#include "kernels/kernels.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -301,6 +303,15 @@ Value scatter_add_axis(Builder& b, Value acc, int64_t axis, const std::vector<in
   return b.scatter(acc, b.reshape(const_i64(b, idx), {n, 1}), upd, s, [](Builder& bb, const std::vector<Value>& a) {
     return std::vector<Value>{bb.binary("add", a[0], a[1])};
   });
+}
+
+Value swap_last_two(Builder& b, Value x) {
+  const Dims& d = x.dims();
+  const int64_t r = d[d.size() - 2], c = d.back(), batch = x.type.numel() / std::max<int64_t>(1, r * c);
+  Dims out = d;
+  std::swap(out[out.size() - 2], out.back());
+  Value y = b.custom_call(kernels::kTranspose, {b.reshape(x, {batch, r, c})}, {Type{x.elem(), {batch, c, r}}})[0];
+  return b.reshape(y, out);
 }
 
 bool host_kernels() {

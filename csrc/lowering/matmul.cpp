@@ -59,13 +59,19 @@ Value mm(Ctx& c, size_t a, size_t m) {
     return b.convert(out, accumulation_type(c.out_type()));
   }
   if (transposed_weight(c, m)) {
-    Value y = c.t(m);
-    Value dense = c.b.custom_call(kernels::kTranspose, {c.b.transpose(y, {1, 0})}, {y.type})[0];
-    return dot(c.b, c.t(a), dense, {}, {}, {1}, {0}, c.out_type());
+    return dot(c.b, c.t(a), swap_last_two(c.b, c.b.transpose(c.t(m), {1, 0})), {}, {}, {1}, {0}, c.out_type());
   }
   return dot(c.b, c.t(a), c.t(m), {}, {}, {1}, {0}, c.out_type());
 }
-Value bmm(Ctx& c, size_t a, size_t m) { return dot(c.b, c.t(a), c.t(m), {0}, {0}, {2}, {1}, c.out_type()); }
+// The batched product; a transposed right factor ([G, K, N] viewing a [G, N, K] tensor: attention's q k^T
+// written out, as in eager attention code) is transposed by the host kernel first on XLA:CPU where the
+// rows pay for it, for the reason of transposed_weight.
+Value bmm(Ctx& c, size_t a, size_t m) {
+  const Value &x = c.t(a), &y = c.t(m);
+  if (c.arg(m).layout == Dims{0, 2, 1} && x.dims()[1] >= 16 && y.type.numel() >= 65536 && host_kernels())
+    return dot(c.b, x, swap_last_two(c.b, c.b.transpose(y, {0, 2, 1})), {0}, {0}, {2}, {1}, c.out_type());
+  return dot(c.b, x, y, {0}, {0}, {2}, {1}, c.out_type());
+}
 
 // beta * self + alpha * product; beta == 0 ignores self entirely (NaN included), as torch does.
 // Computed in the product's (accumulation) type.

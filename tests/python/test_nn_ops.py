@@ -799,6 +799,20 @@ def test_product_with_a_transposed_matrix_of_other_types_matches_cpu(dtype):
         torch.testing.assert_close(got, x @ w.t())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batched_product_with_transposed_factor_matches_cpu(dtype):
+    """q @ k.transpose(-2, -1) as eager attention code writes it: on XLA:CPU the transposed factor is
+    transposed by the host kernel (batched) and the product is the dense one; 3-d and 4-d, odd sizes."""
+    g = torch.Generator().manual_seed(5)
+    for qs, ks in (((16, 40, 64), (16, 130, 64)), ((2, 6, 33, 72), (2, 6, 257, 72))):
+        q, k = torch.randn(*qs, generator=g).to(dtype), torch.randn(*ks, generator=g).to(dtype)
+        got = (q.to("tpu") @ k.to("tpu").transpose(-2, -1)).cpu()
+        if dtype == torch.float32:
+            torch.testing.assert_close(got, q @ k.transpose(-2, -1), atol=2e-5, rtol=2e-6)
+        else:  # float32 sums rounded once
+            torch.testing.assert_close(got, (q.float() @ k.float().transpose(-2, -1)).to(dtype), atol=1e-2, rtol=1.6e-2)
+
+
 def test_linear_on_the_portable_kernels():
     """The linear tests again in a child process with the host kernels' portable loops (CPUs without
     AVX2: the transpose element by element, the grouped rows without vector code)."""
@@ -807,7 +821,7 @@ def test_linear_on_the_portable_kernels():
     import sys
 
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", __file__, "-k",
-           "linear_matches_cpu and eager or transposed_matrix_of_other_types"]
+           "linear_matches_cpu and eager or transposed_matrix_of_other_types or transposed_factor"]
     env = dict(os.environ, TORCH_PJRT_KERNEL_ISA="portable")
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
