@@ -2,8 +2,8 @@
 //
 // Why a kernel: XLA:CPU sorts with a comparator it calls per comparison, and torch's NaN order needs a
 // comparator of several ops; a [64, 128] topk (an MoE router's) took 1.3 ms. Here each element becomes
-// one 64-bit key, (order of the value, column), and the first k keys of a row are selected and sorted:
-// a total order, so the result is exactly the stable sort's.
+// one 64-bit key, (order of the value, column), and the first k keys of a row are selected (in linear
+// time) and sorted: a total order, so the result is exactly the stable sort's. Rows run on all cores.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +12,7 @@
 
 #include "kernels/handlers.h"
 #include "kernels/kernels.h"
+#include "kernels/pool.h"
 
 namespace kernels {
 namespace {
@@ -27,22 +28,45 @@ uint32_t order_key(float v) {
 
 void sorted_prefix(bool descending, const float* x, float* values, int64_t* indices, int64_t rows, int64_t n,
                    int64_t k) {
-  std::vector<uint64_t> keys(n);
-  for (int64_t r = 0; r < rows; ++r) {
+  // descending: larger values first, then lower columns; ascending: smaller values, then lower columns
+  auto key = [descending](const float* xr, int64_t i) {
+    const uint32_t o = order_key(xr[i]);
+    return (static_cast<uint64_t>(descending ? ~o : o) << 32) | static_cast<uint64_t>(i);
+  };
+  Pool::get().run(rows, [&](int64_t r) {  // rows on all cores
     const float* xr = x + r * n;
-    // descending: larger values first, then lower columns; ascending: smaller values, then lower columns
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t o = order_key(xr[i]);
-      keys[i] = (static_cast<uint64_t>(descending ? ~o : o) << 32) | static_cast<uint64_t>(i);
+    std::vector<uint64_t> keys;
+    if (k * 16 <= n) {
+      // a few of many (topk of logits): the k least keys so far in a heap whose top is the largest of
+      // them; most keys lose one comparison with it
+      keys.resize(k);
+      for (int64_t i = 0; i < k; ++i) keys[i] = key(xr, i);
+      std::make_heap(keys.begin(), keys.end());
+      for (int64_t i = k; i < n; ++i) {
+        const uint64_t q = key(xr, i);
+        if (k > 0 && q < keys.front()) {
+          std::pop_heap(keys.begin(), keys.end());
+          keys.back() = q;
+          std::push_heap(keys.begin(), keys.end());
+        }
+      }
+      std::sort(keys.begin(), keys.end());
+    } else {
+      keys.resize(n);
+      for (int64_t i = 0; i < n; ++i) keys[i] = key(xr, i);
+      if (k < n) {  // the first k selected (linear time), then sorted
+        std::nth_element(keys.begin(), keys.begin() + k, keys.end());
+        std::sort(keys.begin(), keys.begin() + k);
+      } else {
+        std::sort(keys.begin(), keys.end());
+      }
     }
-    if (k < n) std::partial_sort(keys.begin(), keys.begin() + k, keys.end());
-    else std::sort(keys.begin(), keys.end());
     for (int64_t j = 0; j < k; ++j) {
       const int64_t i = static_cast<int64_t>(keys[j] & 0xFFFFFFFFu);
       values[r * k + j] = xr[i];
       indices[r * k + j] = i;
     }
-  }
+  });
 }
 
 ffi::Error* handle(ffi::CallFrame* f, bool descending) {
