@@ -19,7 +19,9 @@ struct ExtensionBase {
 };
 inline constexpr int kExtensionMetadata = 1;
 
-enum DataType : int { kS32 = 4, kS64 = 5, kF16 = 10, kF32 = 11, kF64 = 12, kBF16 = 16 };
+enum DataType : int {
+  kS16 = 3, kS32 = 4, kS64 = 5, kU16 = 7, kU32 = 8, kU64 = 9, kF16 = 10, kF32 = 11, kF64 = 12, kC64 = 15, kBF16 = 16
+};
 enum Stage : int { kExecute = 3 };
 enum ErrorCode : int { kInvalidArgument = 3, kInternal = 13 };
 

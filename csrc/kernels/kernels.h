@@ -39,7 +39,8 @@ inline constexpr const char* kSortedPrefixAscending = "torch_pjrt_sorted_prefix_
 inline constexpr const char* kCumsum = "torch_pjrt_cumsum";
 inline constexpr const char* kCumprod = "torch_pjrt_cumprod";
 
-// y[B, C, R] = x[B, R, C] with each matrix transposed, for 2-, 4- and 8-byte element types.
+// y[B, C, R] = x[B, R, C] with each matrix transposed, for element types of 2, 4 or 8 bytes (complex64
+// included; not bool, 1-byte integers or complex128).
 inline constexpr const char* kTranspose = "torch_pjrt_transpose";
 
 }  // namespace kernels

@@ -122,21 +122,26 @@ ffi::Error* handle(ffi::CallFrame* f) {
       y->dims[2] != x->dims[1])
     return fail(f, name + ": expected x[B, R, C] and a result [B, C, R] of its type");
   const int64_t batch = x->dims[0], rows = x->dims[1], cols = x->dims[2];
-  switch (x->dtype) {
+  switch (x->dtype) {  // only the bytes matter
     case ffi::kF16:
     case ffi::kBF16:
+    case ffi::kS16:
+    case ffi::kU16:
       transpose(static_cast<const W2*>(x->data), static_cast<W2*>(y->data), batch, rows, cols);
       return nullptr;
     case ffi::kF32:
     case ffi::kS32:
+    case ffi::kU32:
       transpose(static_cast<const W4*>(x->data), static_cast<W4*>(y->data), batch, rows, cols);
       return nullptr;
     case ffi::kF64:
     case ffi::kS64:
+    case ffi::kU64:
+    case ffi::kC64:
       transpose(static_cast<const W8*>(x->data), static_cast<W8*>(y->data), batch, rows, cols);
       return nullptr;
     default:
-      return fail(f, name + ": 2-, 4- or 8-byte floats and integers only");
+      return fail(f, name + ": elements of 2, 4 or 8 bytes only");
   }
 }
 

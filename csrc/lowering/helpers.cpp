@@ -307,6 +307,12 @@ Value scatter_add_axis(Builder& b, Value acc, int64_t axis, const std::vector<in
 
 Value swap_last_two(Builder& b, Value x) {
   const Dims& d = x.dims();
+  const size_t bytes = pjrt::byte_size(x.elem());
+  if (!host_kernels() || (bytes != 2 && bytes != 4 && bytes != 8)) {
+    Dims perm = iota_dims(0, x.rank());
+    std::swap(perm[perm.size() - 2], perm.back());
+    return b.transpose(x, perm);
+  }
   const int64_t r = d[d.size() - 2], c = d.back(), batch = x.type.numel() / std::max<int64_t>(1, r * c);
   Dims out = d;
   std::swap(out[out.size() - 2], out.back());

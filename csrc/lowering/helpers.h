@@ -80,8 +80,9 @@ Value is_finite(Builder& b, Value x);  // |x| < inf (false for NaN)
 // Whether the session registered torch-pjrt's host kernels (kernels/kernels.h: XLA:CPU, unless
 // TORCH_PJRT_HOST_KERNELS=0), so that a row may emit their custom calls.
 bool host_kernels();
-// x [..., R, C] as [..., C, R], dense, by the host kernel (only where host_kernels()): XLA:CPU's own copy
-// of a transpose and its dots that read one are several times slower (kernels/transpose.cpp).
+// x [..., R, C] as [..., C, R]: by the host kernel where host_kernels() and the elements have 2, 4 or 8
+// bytes (XLA:CPU's own copy of a transpose, and its dots that read one, are several times slower;
+// kernels/transpose.cpp), a transpose otherwise.
 Value swap_last_two(Builder& b, Value x);
 
 // Argument k converted to the accumulation type of the output and broadcast to the output's shape.
