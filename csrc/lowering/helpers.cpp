@@ -320,6 +320,15 @@ Value swap_last_two(Builder& b, Value x) {
   return b.reshape(y, out);
 }
 
+Value transposed_copy(Ctx& c, size_t k) {
+  const Value& v = c.t(k);
+  Dims swapped = iota_dims(0, v.rank());
+  if (v.rank() < 2 || v.type.numel() < 65536) return v;
+  std::swap(swapped[swapped.size() - 2], swapped.back());
+  if (c.arg(k).layout != swapped) return v;
+  return swap_last_two(c.b, c.b.transpose(v, swapped));  // the transposes cancel: the storage order
+}
+
 bool host_kernels() {
   pjrt::Session* s = pjrt::Session::get_or_null();
   return s && s->host_kernels();

@@ -84,6 +84,11 @@ bool host_kernels();
 // bytes (XLA:CPU's own copy of a transpose, and its dots that read one, are several times slower;
 // kernels/transpose.cpp), a transpose otherwise.
 Value swap_last_two(Builder& b, Value x);
+// Argument k (a tensor) in its own layout: where it is a view whose storage order swaps its last two dims
+// (a matrix transpose, x.t()) of 64K elements or more, the transpose is made by swap_last_two from the
+// storage order. For rows whose result is the argument itself (clone, copy_): an op reading it keeps the
+// transpose XLA folds into it (a dot of a transposed factor, for one).
+Value transposed_copy(Ctx& c, size_t k);
 
 // Argument k converted to the accumulation type of the output and broadcast to the output's shape.
 inline Value up(Ctx& c, size_t k) { return operand(c, k, accumulation_type(c.out_type()), c.out_dims()); }

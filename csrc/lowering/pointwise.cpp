@@ -352,8 +352,11 @@ const Rows rows = {
     {{"fill.Scalar", "fill_.Scalar"}, [](Ctx& c) { return one(operand(c, 1)); }},
     {{"fill.Tensor", "fill_.Tensor"}, [](Ctx& c) { return one(operand(c, 1)); }},
     {{"zero", "zero_"}, [](Ctx& c) { return one(c.b.constant(0, c.out())); }},
-    {{"copy", "copy_", "copy.out"}, [](Ctx& c) { return one(operand(c, 1)); }},
-    {{"clone", "clone.out"}, [](Ctx& c) { return one(operand(c, 0)); }},
+    {{"copy", "copy_", "copy.out"}, [](Ctx& c) {  // broadcasting or converting: as any operand
+       const bool plain = c.t(1).dims() == c.out_dims() && c.t(1).elem() == c.out_type();
+       return one(plain ? transposed_copy(c, 1) : operand(c, 1));
+     }},
+    {{"clone", "clone.out"}, [](Ctx& c) { return one(transposed_copy(c, 0)); }},
     {{"lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out"}, [](Ctx& c) { return one(lerp(c)); }},
     {{"lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out"}, [](Ctx& c) { return one(lerp(c)); }},
     {{"addcmul", "addcmul_", "addcmul.out"}, [](Ctx& c) { return one(addcmul(c)); }},

@@ -1,7 +1,5 @@
 #include "lowering/view.h"
 
-#include "lowering/helpers.h"
-
 #include <algorithm>
 #include <numeric>
 
@@ -109,12 +107,7 @@ Value sliced_view(Builder& b, Value flat, const ViewForm& v) {
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int x, int y) { return kept[x] < kept[y]; });
     Dims perm(order.begin(), order.end());
-    // a matrix transpose (the last two dims swapped) of 64K elements or more: the host kernel on XLA:CPU,
-    // whose own copy of it reads a row apart each step ([1024, 1024] float32 3.4 ms; kernels/transpose.cpp)
-    Dims swapped = iota_dims(0, static_cast<int64_t>(perm.size()));
-    if (perm.size() >= 2) std::swap(swapped[perm.size() - 2], swapped.back());
-    if (perm.size() >= 2 && perm == swapped && core.type.numel() >= 65536) core = swap_last_two(b, core);
-    else core = b.transpose(core, perm);
+    core = b.transpose(core, perm);
   }
   // Reinsert size-1 dims and broadcast stride-0 dims.
   Dims bdims;

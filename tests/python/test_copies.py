@@ -184,12 +184,13 @@ def test_tpu_view_to_cpu(kind):
 @pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int16, torch.int32, torch.int64, torch.float16,
                                    torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128])
 def test_large_transposed_views_materialize_exactly(dtype):
-    """Matrix transposes of 64K elements and more (on the CPU plugin, elements of 2, 4 or 8 bytes go
-    through the transpose host kernel; others through XLA's transpose): made contiguous, copied to the CPU,
-    read by an op, batched, at sizes that are no multiple of the kernel's tiles."""
+    """Matrix transposes of 64K elements and more, copied out (on the CPU plugin clone and copy_ of such a
+    view go through the transpose host kernel for elements of 2, 4 or 8 bytes, XLA's transpose for others),
+    copied to the CPU, read by ops, batched, at sizes that are no multiple of the kernel's tiles."""
     base = make((3, 300, 257), dtype, seed=21)
     t = base.to("tpu")
     for fn in (lambda a: a[0].t().contiguous(), lambda a: a.transpose(1, 2).contiguous(), lambda a: a[1].t(),
+               lambda a: torch.empty(257, 300, dtype=a.dtype, device=a.device).copy_(a[2].t()),
                lambda a: a.transpose(-1, -2)[:, 5:200], lambda a: torch.cat([a[2].t(), a[0].t()])):
         got, want = fn(t), fn(base)
         assert got.shape == want.shape and torch.equal(got.cpu(), want)
