@@ -1,5 +1,7 @@
 #include "pjrt/session.h"
 
+#include <malloc.h>
+
 #include "kernels/kernels.h"
 
 #include <fcntl.h>
@@ -67,6 +69,19 @@ class QuietStderr {
   int saved_ = -1;
 };
 
+// On the CPU plugin device memory is the process's heap, and XLA:CPU allocates a program's temporaries
+// for each execution. glibc returns freed memory at the top of a heap to the system (and maps large
+// blocks afresh), so every execution faulted its temporaries' pages in again: a [1024, 1024] linear
+// layer's 4 MiB temporary cost 3400 page faults and 11.6 ms against 7.7 ms without them. As a device
+// allocator keeps its memory, up to 256 MiB freed at the top of a heap stays in the process, and blocks
+// up to 32 MiB (glibc's most) come from the heap. TORCH_PJRT_KEEP_FREED_MEMORY=0 leaves glibc's defaults.
+void keep_freed_memory() {
+#ifdef __GLIBC__
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+#endif
+}
+
 }  // namespace
 
 void Session::configure(std::vector<std::string> search_roots) { roots() = std::move(search_roots); }
@@ -90,6 +105,7 @@ Session* Session::get_or_null() {
       auto* s = new Session();
       s->choice_ = choice;
       s->client_ = Client::create(plugin, options);
+      if (s->client_->platform_name() == "cpu" && env("TORCH_PJRT_KEEP_FREED_MEMORY", "1") != "0") keep_freed_memory();
       if (s->client_->platform_name() != "cpu")
         s->host_kernels_reason_ = "the device is not the host";
       else if (env("TORCH_PJRT_HOST_KERNELS", "1") == "0")
