@@ -39,13 +39,16 @@ bool transposed_weight_rows(Ctx& c, size_t a, size_t m) {
   return types && c.arg(m).layout == Dims{1, 0} && rows >= 2 && fits && host_kernels();
 }
 
-// The same product at more rows: on XLA:CPU the host kernel transposes the weight and the product is the
-// dense form, which XLA's dot runs 1.4-2.8x faster than the transposed one once the weight is large
-// ([512, 1024] x [1024, 1024]^T 8.1 -> 4.9 ms; [512, 1024] x [4096, 1024]^T 41.9 -> 25.6 ms). Below 256K
-// weight elements the two are within noise, and the dot stays as it is.
-bool transposed_weight(Ctx& c, size_t m) {
+// The same product at more rows (over 64: the transpose reads and writes the whole weight, which a few
+// rows do not pay for; one row, a vector product, is what XLA's dot of this form does well): on XLA:CPU
+// the host kernel transposes the weight and the product is the dense form, which XLA's dot runs 1.4-2.8x
+// faster than the transposed one once the weight is large ([512, 1024] x [1024, 1024]^T 8.1 -> 4.9 ms;
+// [512, 1024] x [4096, 1024]^T 41.9 -> 25.6 ms). Below 256K weight elements the two are within noise, and
+// the dot stays as it is.
+bool transposed_weight(Ctx& c, size_t a, size_t m) {
   const Value& y = c.t(m);
-  return c.arg(m).layout == Dims{1, 0} && y.dims()[0] * y.dims()[1] >= (int64_t{1} << 18) && host_kernels();
+  return c.arg(m).layout == Dims{1, 0} && c.t(a).dims()[0] > 64 && y.dims()[0] * y.dims()[1] >= (int64_t{1} << 18) &&
+         host_kernels();
 }
 
 Value mm(Ctx& c, size_t a, size_t m) {
@@ -58,7 +61,7 @@ Value mm(Ctx& c, size_t a, size_t m) {
     Value out = b.custom_call(kernels::kRaggedRowsNt, {x, w, ends}, {Type{ElementType::kF32, {rows, n}}})[0];
     return b.convert(out, accumulation_type(c.out_type()));
   }
-  if (transposed_weight(c, m)) {
+  if (transposed_weight(c, a, m)) {
     return dot(c.b, c.t(a), swap_last_two(c.b, c.b.transpose(c.t(m), {1, 0})), {}, {}, {1}, {0}, c.out_type());
   }
   return dot(c.b, c.t(a), c.t(m), {}, {}, {1}, {0}, c.out_type());

@@ -756,7 +756,7 @@ def test_interpolate_source_coordinates_as_the_cpu(mode, antialias):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows,k,n", [(2, 300, 512), (5, 300, 512), (64, 300, 512), (65, 300, 512), (200, 1024, 1024),
-                                      (8, 64, 32), (3, 64, 256), (300, 517, 509), (600, 1024, 1024)])
+                                      (8, 64, 32), (3, 64, 256), (300, 517, 509), (600, 1024, 1024), (1, 600, 1024)])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_linear_matches_cpu(dtype, rows, k, n, compiled):
     """nn.Linear at a few rows (decoding) and at many: on XLA:CPU the product of the weight's transpose goes
