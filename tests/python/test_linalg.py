@@ -151,8 +151,12 @@ def check_svd(a, full_matrices=False, exact=False, **tol):
     torch.testing.assert_close(s, ref, **tol)  # descending
     k = s.shape[-1]
     torch.testing.assert_close(u[..., :k] @ torch.diag_embed(s) @ vh[..., :k, :], a, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(u.mT @ u, eye_like(u), atol=1e-6, rtol=0)
-    torch.testing.assert_close(vh @ vh.mT, eye_like(vh @ vh.mT), atol=1e-6, rtol=0)
+    # orthonormal factors: within 1e-6 of the identity, or within 2x the CPU's own distance where LAPACK's
+    # is larger (a random 64 x 64 float32 matrix: 0.6-1.3e-6 on the CPU)
+    for m, mc in ((u.mT @ u, uc.mT @ uc), (vh @ vh.mT, vhc @ vhc.mT)):
+        eye = eye_like(m)
+        bound = max(1e-6, 2 * (mc - eye).abs().max().item())
+        torch.testing.assert_close(m, eye, atol=bound, rtol=0)
     return u, s, vh, uc, vhc
 
 
@@ -181,8 +185,9 @@ def test_svd_rank_deficient_and_degenerate():
 
 
 def test_svd_64():
-    check_svd(torch.randn(64, 40), True, exact=True)
-    check_svd(torch.randn(64, 64), exact=True)
+    g = torch.Generator().manual_seed(64)  # the same matrices whichever tests ran before
+    check_svd(torch.randn(64, 40, generator=g), True, exact=True)
+    check_svd(torch.randn(64, 64, generator=g), exact=True)
 
 
 def test_svd_empty():
