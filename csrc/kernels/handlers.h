@@ -25,6 +25,8 @@ inline bool executing(ffi::CallFrame* f) {
   return f->stage == ffi::kExecute;
 }
 
+// attention.cpp
+ffi::Error* attention_softmax(ffi::CallFrame* f);
 // ragged_dot.cpp
 ffi::Error* ragged_rows_nt(ffi::CallFrame* f);
 ffi::Error* ragged_rows_nn(ffi::CallFrame* f);

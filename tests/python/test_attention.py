@@ -161,6 +161,49 @@ def test_sdpa_matches_cpu(kind, causal, gqa, scale, cross, dtype):
         assert err_tpu <= 2 * err_cpu + 2 * ulp * scale_x, f"{name}: tpu error {err_tpu:.3g} > cpu error {err_cpu:.3g}"
 
 
+LONG_CASES = [("none", True, False, False), ("none", False, True, True), ("neg_inf_rows", False, False, False),
+              ("additive", True, True, True), ("bool_rows", False, False, True), ("pad_left", True, True, False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kind,causal,gqa,cross", LONG_CASES, ids=lambda c: str(c))
+def test_sdpa_long_rows_match_cpu(kind, causal, gqa, cross, dtype):
+    """Rows of tens of keys (on the CPU plugin the softmax host kernel runs them 8 keys at a time, with
+    its vector exponential; the short rows above take its element-by-element tail): the forward against
+    the CPU within the dtype's tolerance, fully masked rows 0."""
+    gen = torch.Generator().manual_seed(1)
+    B, Hq, L, E = 2, 4, 40, 24
+    Hkv = 2 if gqa else Hq
+    S = 53 if cross else L
+    q, k, v = [(torch.randn(B, h, n, E, generator=gen) * 2).to(dtype) for h, n in ((Hq, L), (Hkv, S), (Hkv, S))]
+    mask = make_mask(kind, B, Hq, L, S, dtype, gen)
+    if mask is not None and mask.is_floating_point():
+        mask = mask.to(dtype)
+    if mask is not None and causal and gqa:  # the CPU's kernels refuse a mask, is_causal and GQA together
+        causal = False
+    got = F.scaled_dot_product_attention(*[t.to("tpu") for t in (q, k, v)], attn_mask=None if mask is None else mask.to("tpu"),
+                                         is_causal=causal, enable_gqa=gqa).cpu()
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
+    atol, rtol = TOL[dtype]
+    assert torch.equal(got.isnan(), want.isnan())
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def test_sdpa_on_the_portable_kernels():
+    """The long-row and the CPU-comparison tests again in a child process with the host kernels'
+    element-by-element loops (CPUs without AVX2)."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", __file__, "-k",
+           "long_rows or (sdpa_matches_cpu and float32)"]
+    out = subprocess.run(cmd, env=dict(os.environ, TORCH_PJRT_KERNEL_ISA="portable"), capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert " passed" in out.stdout and "failed" not in out.stdout
+
+
 def test_one_program_per_call(strict_eager):
     """Forward: one program per SDPA call (no mask, or an additive one); backward: one more."""
     q = torch.randn(1, 2, 4, 8, device="tpu", requires_grad=True)
