@@ -168,9 +168,9 @@ LONG_CASES = [("none", True, False, False), ("none", False, True, True), ("neg_i
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("kind,causal,gqa,cross", LONG_CASES, ids=lambda c: str(c))
 def test_sdpa_long_rows_match_cpu(kind, causal, gqa, cross, dtype):
-    """Rows of tens of keys (on the CPU plugin the softmax host kernel runs them 8 keys at a time, with
-    its vector exponential; the short rows above take its element-by-element tail): the forward against
-    the CPU within the dtype's tolerance, fully masked rows 0."""
+    """Forty query rows of tens of keys (on the CPU plugin, 16 query rows or more go through the softmax
+    host kernel, 8 keys at a time with its vector exponential and element by element past the last 8): the
+    forward against the CPU within the dtype's tolerance, fully masked rows 0."""
     gen = torch.Generator().manual_seed(1)
     B, Hq, L, E = 2, 4, 40, 24
     Hkv = 2 if gqa else Hq
