@@ -67,92 +67,91 @@ struct Problem {
   bool causal;
 };
 
-// One row: scaled scores plus bias, the causal mask, the maximum; then the exponentials, their sum, the
-// probabilities and the logsumexp.
+// One query row's pieces: its scores, bias and probabilities, and the keys the causal mask leaves it.
+struct Row {
+  const float *s, *bias;
+  float *out, *lse;
+  int64_t visible, S;
+};
+
+Row row_of(const Problem& p, int64_t h, int64_t i) {
+  const int64_t off = (h * p.L + i) * p.S;
+  return Row{p.s + off, p.bias ? p.bias + off : nullptr, p.p + off, p.lse + h * p.L + i,
+             p.causal ? std::min<int64_t>(p.S, i + 1) : p.S, p.S};  // keys j <= i under the causal mask
+}
+
+// the scaled score of key j plus its bias, into the row's probabilities; the maximum and NaN tracked
+inline void take(const Problem& p, const Row& r, int64_t j, float& m, bool& nan) {
+  float x = r.s[j] * p.scale;
+  if (r.bias) x += r.bias[j];
+  r.out[j] = x;
+  nan |= x != x;
+  m = std::max(m, x);
+}
+
+// a NaN score makes the row NaN, as the lowering's maximum does
+void nan_row(const Row& r) {
+  std::fill(r.out, r.out + r.S, std::numeric_limits<float>::quiet_NaN());
+  *r.lse = std::numeric_limits<float>::quiet_NaN();
+}
+
+// masked keys 0; the logsumexp (0 where every key is masked: the exponentials' sum is 0)
+void close_row(const Row& r, float m_safe, float sum) {
+  std::fill(r.out + r.visible, r.out + r.S, 0.0f);
+  *r.lse = sum == 0.0f ? 0.0f : m_safe + std::log(sum);
+}
+
+// One row: scaled scores plus bias up to the causal limit and their maximum; then the exponentials (of
+// -inf: 0, where every key is masked), their sum and the probabilities.
 TP_AVX2 void row_avx2(const Problem& p, int64_t h, int64_t i) {
-  const int64_t S = p.S, off = (h * p.L + i) * S;
-  const float* s = p.s + off;
-  const float* brow = p.bias ? p.bias + off : nullptr;
-  float* out = p.p + off;
-  const int64_t visible = p.causal ? std::min<int64_t>(S, i + 1) : S;  // keys j <= i under the causal mask
+  const Row r = row_of(p, h, i);
   const __m256 scale = _mm256_set1_ps(p.scale);
   __m256 m8 = _mm256_set1_ps(kNegInf), nan8 = _mm256_setzero_ps();
   int64_t j = 0;
-  for (; j + 8 <= visible; j += 8) {
-    __m256 x = _mm256_mul_ps(_mm256_loadu_ps(s + j), scale);
-    if (brow) x = _mm256_add_ps(x, _mm256_loadu_ps(brow + j));
-    _mm256_storeu_ps(out + j, x);
+  for (; j + 8 <= r.visible; j += 8) {
+    __m256 x = _mm256_mul_ps(_mm256_loadu_ps(r.s + j), scale);
+    if (r.bias) x = _mm256_add_ps(x, _mm256_loadu_ps(r.bias + j));
+    _mm256_storeu_ps(r.out + j, x);
     nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     m8 = _mm256_max_ps(m8, x);
   }
   float m = kNegInf;
-  {
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, m8);
-    for (float x : lanes) m = std::max(m, x);
-  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m8);
+  for (float x : lanes) m = std::max(m, x);
   bool nan = _mm256_movemask_ps(nan8) != 0;
-  for (; j < visible; ++j) {
-    float x = s[j] * p.scale;
-    if (brow) x += brow[j];
-    out[j] = x;
-    nan |= x != x;
-    m = std::max(m, x);
-  }
-  float* lse = p.lse + h * p.L + i;
-  if (nan) {  // a NaN score makes the row NaN, as the lowering's maximum does
-    std::fill(out, out + S, std::numeric_limits<float>::quiet_NaN());
-    *lse = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
-  const float m_safe = m == kNegInf ? 0.0f : m;  // every key masked: the exponentials of -inf are 0
+  for (; j < r.visible; ++j) take(p, r, j, m, nan);
+  if (nan) return nan_row(r);
+  const float m_safe = m == kNegInf ? 0.0f : m;
   const __m256 mv = _mm256_set1_ps(m_safe);
   __m256 sum8 = _mm256_setzero_ps();
-  for (j = 0; j + 8 <= visible; j += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(out + j), mv));
-    _mm256_storeu_ps(out + j, e);
+  for (j = 0; j + 8 <= r.visible; j += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(r.out + j), mv));
+    _mm256_storeu_ps(r.out + j, e);
     sum8 = _mm256_add_ps(sum8, e);
   }
   float sum = hsum8(sum8);
-  for (; j < visible; ++j) sum += out[j] = std::exp(out[j] - m_safe);
-  const bool empty = sum == 0.0f;
-  const __m256 inv = _mm256_set1_ps(empty ? 0.0f : 1.0f / sum);
-  for (j = 0; j + 8 <= visible; j += 8) _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_loadu_ps(out + j), inv));
-  for (; j < visible; ++j) out[j] *= empty ? 0.0f : 1.0f / sum;
-  std::fill(out + visible, out + S, 0.0f);  // masked keys
-  *lse = empty ? 0.0f : m_safe + std::log(sum);
+  for (; j < r.visible; ++j) sum += r.out[j] = std::exp(r.out[j] - m_safe);
+  const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+  const __m256 inv8 = _mm256_set1_ps(inv);
+  for (j = 0; j + 8 <= r.visible; j += 8) _mm256_storeu_ps(r.out + j, _mm256_mul_ps(_mm256_loadu_ps(r.out + j), inv8));
+  for (; j < r.visible; ++j) r.out[j] *= inv;
+  close_row(r, m_safe, sum);
 }
 
 // the same, element by element (CPUs without AVX2/FMA, and TORCH_PJRT_KERNEL_ISA=portable)
 void row_portable(const Problem& p, int64_t h, int64_t i) {
-  const int64_t S = p.S, off = (h * p.L + i) * S;
-  const float* s = p.s + off;
-  const float* brow = p.bias ? p.bias + off : nullptr;
-  float* out = p.p + off;
-  const int64_t visible = p.causal ? std::min<int64_t>(S, i + 1) : S;
+  const Row r = row_of(p, h, i);
   float m = kNegInf;
   bool nan = false;
-  for (int64_t j = 0; j < visible; ++j) {
-    float x = s[j] * p.scale;
-    if (brow) x += brow[j];
-    out[j] = x;
-    nan |= x != x;
-    m = std::max(m, x);
-  }
-  float* lse = p.lse + h * p.L + i;
-  if (nan) {
-    std::fill(out, out + S, std::numeric_limits<float>::quiet_NaN());
-    *lse = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
+  for (int64_t j = 0; j < r.visible; ++j) take(p, r, j, m, nan);
+  if (nan) return nan_row(r);
   const float m_safe = m == kNegInf ? 0.0f : m;
   float sum = 0;
-  for (int64_t j = 0; j < visible; ++j) sum += out[j] = std::exp(out[j] - m_safe);
-  const bool empty = sum == 0.0f;
-  const float inv = empty ? 0.0f : 1.0f / sum;
-  for (int64_t j = 0; j < visible; ++j) out[j] *= inv;
-  std::fill(out + visible, out + S, 0.0f);
-  *lse = empty ? 0.0f : m_safe + std::log(sum);
+  for (int64_t j = 0; j < r.visible; ++j) sum += r.out[j] = std::exp(r.out[j] - m_safe);
+  const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+  for (int64_t j = 0; j < r.visible; ++j) r.out[j] *= inv;
+  close_row(r, m_safe, sum);
 }
 
 void softmax_rows(const Problem& p) {
