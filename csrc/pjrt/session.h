@@ -29,6 +29,9 @@ class Session {
   // Whether torch-pjrt's host kernels (kernels/kernels.h) are registered as custom calls: XLA:CPU
   // plugins with an FFI extension. TORCH_PJRT_HOST_KERNELS=0 leaves them out.
   bool host_kernels() const { return host_kernels_; }
+  // Gives the freed heap memory the session keeps (see keep_freed_memory in session.cpp) back to the
+  // system: torch.tpu.empty_cache(). Nothing to do off the CPU plugin.
+  void release_freed_memory() const;
   const std::string& host_kernels_reason() const { return host_kernels_reason_; }
 
  private:

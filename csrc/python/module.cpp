@@ -93,6 +93,9 @@ PYBIND11_MODULE(_C, m) {
     at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
   });
   m.def("_device_count", [] { return device_count(); });
+  m.def("_empty_cache", [] {
+    if (auto* s = pjrt::Session::get_or_null()) s->release_freed_memory();
+  });
   m.def("_get_device", [] { return current_device(); });
   m.def("_set_device", [](int d) { set_current_device(d); });
   m.def("_exchange_device", [](int d) {

@@ -288,7 +288,10 @@ def _host_memory():
 
 
 def empty_cache() -> None:
-    """Nothing to release: device buffers are freed as soon as their tensors are."""
+    """Device buffers are freed as soon as their tensors are; on the CPU plugin, whose device memory is
+    the process's heap, the freed memory the process keeps for reuse (TORCH_PJRT_KEEP_FREED_MEMORY) goes
+    back to the system here."""
+    _C._empty_cache()
 
 
 # ------------------------------------------------------------------------------------------------- amp

@@ -170,6 +170,32 @@ def test_memory_allocated_tracks_tensors():
     assert torch.tpu.memory_allocated() == before
 
 
+def test_empty_cache_gives_freed_host_memory_back():
+    """On the CPU plugin the process keeps freed heap memory for the next programs' buffers and
+    temporaries (TORCH_PJRT_KEEP_FREED_MEMORY); torch.tpu.empty_cache() gives it back to the system."""
+    import torch_pjrt
+
+    if torch_pjrt.plugin_info().get("platform") != "cpu":
+        pytest.skip("the device's memory is not the host's heap")
+    if os.environ.get("TORCH_PJRT_KEEP_FREED_MEMORY") == "0":
+        pytest.skip("freed memory is not kept")
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    # 24 MiB blocks (below glibc's 32 MiB limit for heap blocks), freed in the middle of the heap
+    blocks = [torch.ones(6 << 20, device="tpu") for _ in range(8)]
+    torch.tpu.synchronize()
+    keep = blocks[-1]
+    del blocks[:-1]
+    gc.collect()
+    before = rss()
+    torch.tpu.empty_cache()
+    assert rss() < before - (100 << 20), (before >> 20, rss() >> 20)
+    assert keep.sum().item() == 6 << 20
+
+
 def test_amp_supported_dtype():
     dtypes = torch.tpu.get_amp_supported_dtype()
     assert torch.bfloat16 in dtypes
