@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "kernels/cpu.h"
 #include "kernels/handlers.h"

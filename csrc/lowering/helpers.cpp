@@ -305,14 +305,18 @@ Value scatter_add_axis(Builder& b, Value acc, int64_t axis, const std::vector<in
   });
 }
 
+namespace {
+Dims last_two_swapped(int64_t rank) {  // the permutation of a matrix transpose over `rank` >= 2 dims
+  Dims perm = iota_dims(0, rank);
+  std::swap(perm[rank - 2], perm[rank - 1]);
+  return perm;
+}
+}  // namespace
+
 Value swap_last_two(Builder& b, Value x) {
   const Dims& d = x.dims();
   const size_t bytes = pjrt::byte_size(x.elem());
-  if (!host_kernels() || (bytes != 2 && bytes != 4 && bytes != 8)) {
-    Dims perm = iota_dims(0, x.rank());
-    std::swap(perm[perm.size() - 2], perm.back());
-    return b.transpose(x, perm);
-  }
+  if (!host_kernels() || (bytes != 2 && bytes != 4 && bytes != 8)) return b.transpose(x, last_two_swapped(x.rank()));
   const int64_t r = d[d.size() - 2], c = d.back(), batch = x.type.numel() / std::max<int64_t>(1, r * c);
   Dims out = d;
   std::swap(out[out.size() - 2], out.back());
@@ -322,9 +326,8 @@ Value swap_last_two(Builder& b, Value x) {
 
 Value transposed_copy(Ctx& c, size_t k) {
   const Value& v = c.t(k);
-  Dims swapped = iota_dims(0, v.rank());
   if (v.rank() < 2 || v.type.numel() < 65536) return v;
-  std::swap(swapped[swapped.size() - 2], swapped.back());
+  const Dims swapped = last_two_swapped(v.rank());
   if (c.arg(k).layout != swapped) return v;
   return swap_last_two(c.b, c.b.transpose(v, swapped));  // the transposes cancel: the storage order
 }

@@ -87,18 +87,14 @@ V max_min_dim(Ctx& c, bool is_max) {
 // logits: 2.8 ms, torch's CPU kernel 0.85 ms).
 Value first_extreme_index(Builder& b, Value x, int64_t dim, bool is_max) {
   const ElementType t = x.elem();
-  Value m = extremum(b, x, {dim}, is_max);
-  Dims kept;
-  for (int64_t i = 0; i < x.rank(); ++i)
-    if (i != dim) kept.push_back(i);
-  Value mb = b.broadcast_in_dim(m, x.dims(), kept);
+  Value mb = bcast_kept(b, extremum(b, x, {dim}, is_max), x.dims(), {dim});
   Value hit = b.compare(Cmp::EQ, x, mb);
   if (pjrt::is_float(t)) hit = b.select(b.compare(Cmp::NE, mb, mb), b.compare(Cmp::NE, x, x), hit);
   const int64_t n = x.dims()[dim];
-  const ElementType i32 = n < (int64_t{1} << 31) ? ElementType::kS32 : ElementType::kS64;  // half the bytes
-  Type it{i32, x.dims()};
+  const ElementType index = n < (int64_t{1} << 31) ? ElementType::kS32 : ElementType::kS64;  // half the bytes
+  Type it{index, x.dims()};
   Value idx = b.select(hit, b.iota(it, dim), b.constant_i(n, it));
-  return b.convert(reduce(b, idx, {dim}, "minimum", b.scalar_i(n, i32)), ElementType::kS64);
+  return b.convert(reduce(b, idx, {dim}, "minimum", b.scalar_i(n, index)), ElementType::kS64);
 }
 
 Value argext(Ctx& c, bool is_max) {
