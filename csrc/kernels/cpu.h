@@ -12,7 +12,7 @@ enum class Isa { kPortable, kAvx2, kAvx512Bf16 };
 inline Isa isa() {
   static const Isa chosen = [] {
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    const bool bf16 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    const bool bf16 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512bf16");
     const char* cap = std::getenv("TORCH_PJRT_KERNEL_ISA");
     const std::string c = cap ? cap : "";
