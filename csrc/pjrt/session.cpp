@@ -83,6 +83,35 @@ void keep_freed_memory() {
 #endif
 }
 
+// The CPU plugin sizes its thread pools (programs' intra-op work, asynchronous launches) from the
+// environment variable PJRT_NPROC when the client is created, else from the cores. TORCH_PJRT_CPU_THREADS
+// sets it for our client only: the variable is restored afterwards, so that another PJRT client in the
+// process (jax's) keeps its own default.
+class ScopedThreadCount {
+ public:
+  explicit ScopedThreadCount(const std::string& threads) : set_(!threads.empty()) {
+    if (!set_) return;
+    char* end = nullptr;
+    const long n = std::strtol(threads.c_str(), &end, 10);
+    if (*end || n < 1 || n > 4096)
+      throw std::runtime_error("TORCH_PJRT_CPU_THREADS must be a whole number of threads from 1 to 4096, not '" +
+                               threads + "'");
+    const char* old = std::getenv("PJRT_NPROC");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv("PJRT_NPROC", threads.c_str(), 1);
+  }
+  ~ScopedThreadCount() {
+    if (!set_) return;
+    if (had_) setenv("PJRT_NPROC", old_.c_str(), 1);
+    else unsetenv("PJRT_NPROC");
+  }
+
+ private:
+  bool set_, had_ = false;
+  std::string old_;
+};
+
 }  // namespace
 
 void Session::configure(std::vector<std::string> search_roots) { roots() = std::move(search_roots); }
@@ -103,9 +132,14 @@ Session* Session::get_or_null() {
         // multi-device code can be tested on one machine.
         options["cpu_device_count"] = int64_t{std::atoll(env("TORCH_PJRT_CPU_DEVICES", "1").c_str())};
       }
+      std::unique_ptr<Client> client;
+      {
+        ScopedThreadCount threads(choice.kind == "cpu" ? env("TORCH_PJRT_CPU_THREADS") : "");
+        client = Client::create(plugin, options);
+      }
       auto* s = new Session();
       s->choice_ = choice;
-      s->client_ = Client::create(plugin, options);
+      s->client_ = std::move(client);
       if (s->client_->platform_name() == "cpu" && env("TORCH_PJRT_KEEP_FREED_MEMORY", "1") != "0") keep_freed_memory();
       if (s->client_->platform_name() != "cpu")
         s->host_kernels_reason_ = "the device is not the host";

@@ -341,6 +341,22 @@ TWO_DEVICES = """
     print("RESULT: " + json.dumps(out))
     """
 
+# TORCH_PJRT_CPU_THREADS: the CPU plugin's pools sized from it (their threads are named tf_XLAEigen), and
+# PJRT_NPROC, through which the plugin reads it, as the user had it afterwards (here: set to 3, as another
+# client in the process would read it); the results still the CPU's
+CPU_THREADS = """
+    import collections, ctypes, json, os
+    import torch, torch_pjrt
+    a = torch.randn(300, 200, generator=torch.Generator().manual_seed(0))
+    b = torch.randn(200, 100, generator=torch.Generator().manual_seed(1))
+    got = (a.to("tpu") @ b.to("tpu")).softmax(-1).sum(0).cpu()
+    names = collections.Counter(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    print("RESULT: " + json.dumps({"got": got.tolist(), "xla_threads": names.get("tf_XLAEigen", 0),
+                                   "nproc": (libc.getenv(b"PJRT_NPROC") or b"").decode()}))
+    """
+
 
 def _hide_cpu_plugin(folder):
     """A script prefix under which the search roots hold no CPU plugin: the sys.path folder holding it
@@ -378,6 +394,8 @@ def launched(tmp_path_factory):
         "missing_cpu": None if hide is None else script(
             hide + textwrap.dedent(NO_PLUGIN), env={"TORCH_PJRT_PLUGIN": "cpu"}),
         "two_devices": script(TWO_DEVICES, env={"TORCH_PJRT_CPU_DEVICES": "2", "TORCH_PJRT_FALLBACK": "error"}),
+        "one_thread": script(CPU_THREADS, env={"TORCH_PJRT_CPU_THREADS": "1", "PJRT_NPROC": "3"}),
+        "bad_threads": script(NO_PLUGIN, env={"TORCH_PJRT_CPU_THREADS": "two"}),
     }
     yield procs
     for p in procs.values():
@@ -449,3 +467,23 @@ def test_two_cpu_devices(launched):
     assert out["after_set"] == 1 and out["default_on_1"] == "tpu:1"
     assert out["in_ctx"] == 1 and out["ctx_tensor"] == "tpu:1"
     assert out["after_ctx"] == 0
+
+
+def test_cpu_threads_setting(launched):
+    """TORCH_PJRT_CPU_THREADS=1: one intra-op thread in the CPU plugin, the user's PJRT_NPROC kept."""
+    if torch_pjrt.plugin_info()["platform"] != "cpu":
+        pytest.skip("a setting of the CPU plugin")
+    out = launched["one_thread"].json()
+    a = torch.randn(300, 200, generator=torch.Generator().manual_seed(0))
+    b = torch.randn(200, 100, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(torch.tensor(out["got"]), (a @ b).softmax(-1).sum(0))
+    assert out["xla_threads"] == 1
+    assert out["nproc"] == "3"
+
+
+def test_cpu_threads_setting_rejects_bad_values(launched):
+    if torch_pjrt.plugin_info()["platform"] != "cpu":
+        pytest.skip("a setting of the CPU plugin")
+    out = launched["bad_threads"].json()
+    assert out["available"] is False and out["count"] == 0
+    assert "TORCH_PJRT_CPU_THREADS" in out["error"] and "'two'" in out["error"], out["error"]
