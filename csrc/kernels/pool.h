@@ -27,7 +27,9 @@ class Pool {
     return *pool;
   }
 
-  // fn(i) for every i in [0, n), spread over the threads; returns when all are done.
+  // fn(i) for every i in [0, n), spread over the threads; returns when all are done. The caller works too
+  // and waits only for the helpers that joined the job: one that wakes after every item is taken leaves it
+  // alone, so a small job does not wait for a sleeping helper to wake up.
   void run(int64_t n, const std::function<void(int64_t)>& fn) {
     // one job at a time; a forked child has no helpers
     if (helpers_.empty() || n <= 1 || getpid() != pid_) {
@@ -40,13 +42,14 @@ class Pool {
       fn_ = &fn;
       n_ = n;
       next_.store(0);
-      busy_ = static_cast<int>(helpers_.size());
       ++generation_;
     }
     wake_.notify_all();
     work(fn, n);
     std::unique_lock<std::mutex> g(mu_);
-    done_.wait(g, [&] { return busy_ == 0; });
+    // every item is taken (work returned): a helper not yet joined finds the job closed
+    done_.wait(g, [&] { return joined_ == 0; });
+    fn_ = nullptr;
   }
 
  private:
@@ -66,12 +69,14 @@ class Pool {
         std::unique_lock<std::mutex> g(mu_);
         wake_.wait(g, [&] { return generation_ != seen; });
         seen = generation_;
+        if (!fn_ || next_.load() >= n_) continue;  // finished (or being finished) without this helper
         fn = fn_;
         n = n_;
+        ++joined_;
       }
       work(*fn, n);
       std::lock_guard<std::mutex> g(mu_);
-      if (--busy_ == 0) done_.notify_one();
+      if (--joined_ == 0) done_.notify_one();
     }
   }
 
@@ -82,7 +87,7 @@ class Pool {
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};
-  int busy_ = 0;
+  int joined_ = 0;  // helpers inside the current job
   uint64_t generation_ = 0;
 };
 
