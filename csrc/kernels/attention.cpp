@@ -1,20 +1,24 @@
-// Attention's softmax on the host (see kernels.h), as one custom call between the two products.
+// Attention on the host (see kernels.h): both products and the softmax between them, as one custom call.
 //
 // Why a kernel: XLA:CPU runs the softmax of scaled_dot_product_attention as separate passes over the
 // [L, S] scores of every head (the scale, the mask, the maximum, the exponentials, the sum, the
-// division), and its reductions along the last dim are slow: [1, 16, 512, 64] causal took 18-20 ms against
-// torch's 4.4 ms, most of it there. Here each row is read once and written once: scaled scores plus the
-// bias up to the causal limit, the row maximum, exponentials through a vector polynomial (Cephes' expf:
-// within 2 ulp), their sum, the division; masked keys are 0. A row whose keys are all masked gives 0 and
-// logsumexp 0, and a NaN score makes its row NaN, as the StableHLO lowering (lowering/attention.cpp).
-// Element by element where the CPU has no AVX2.
-#include <immintrin.h>
-
+// division), its reductions along the last dim are slow, and its batched products of one head's small
+// matrices pay per head: [1, 16, 512, 64] causal took 18-20 ms against torch's 4.4 ms. Here a work item
+// is a block of query rows of one head: their scores against the head's keys (transposed once per item, so
+// every product is a broadcast multiply-add along contiguous keys, no horizontal sums), kept in a
+// per-thread buffer; each row's softmax in one pass (scale, bias up to the causal limit, maximum,
+// exponentials through a vector polynomial (Cephes' expf: within 2 ulp), sum, division); then the rows'
+// output as the probabilities times the values. Under the causal mask a block reads only the keys its
+// last row sees. A row whose keys are all masked gives 0 and logsumexp 0, and a NaN score makes its row
+// NaN, as the StableHLO lowering (lowering/attention.cpp). The work of an item is written once with GCC's
+// vector types and compiled for 512-bit vectors, 256-bit ones and plain code (taken by what the CPU has).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu.h"
 #include "kernels/handlers.h"
@@ -24,184 +28,289 @@
 namespace kernels {
 namespace {
 
-#define TP_AVX2 __attribute__((target("avx2,fma")))
-
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// e^x for 8 lanes: x = n ln2 + r, e^r by Cephes' polynomial, 2^n through the exponent bits. Below -87.3
-// (where e^x is subnormal) the result is 0, -inf included; NaN stays NaN.
-TP_AVX2 inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365447505531f);
-  const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  xc = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
-  xc = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), xc);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(5.0000001201e-1f));
-  __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, xc), xc, _mm256_add_ps(xc, _mm256_set1_ps(1.0f)));
-  const __m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(n));
-  y = _mm256_andnot_ps(tiny, y);                                    // below the range (and -inf): 0
-  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN in, NaN out
+// (GCC notes that passing such vectors between functions compiled for different instruction sets would
+// change the ABI: here they only pass between inlined functions)
+#pragma GCC diagnostic ignored "-Wpsabi"
+// W floats (or int32s) in one vector; W = 1 is plain code. An attribute on an alias template is dropped by
+// GCC: member typedefs keep it.
+template <int W>
+struct VecOf {
+  typedef float f __attribute__((vector_size(W * sizeof(float))));
+  typedef int32_t i __attribute__((vector_size(W * sizeof(int32_t))));
+};
+template <int W>
+using Vec = typename VecOf<W>::f;
+template <int W>
+using IVec = typename VecOf<W>::i;
+static_assert(sizeof(Vec<16>) == 64 && sizeof(Vec<8>) == 32 && sizeof(Vec<1>) == 4, "vector widths");
+
+#define TP_INLINE __attribute__((always_inline)) inline
+
+template <int W>
+TP_INLINE Vec<W> vload(const float* p) {
+  Vec<W> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <int W>
+TP_INLINE void vstore(float* p, Vec<W> v) { std::memcpy(p, &v, sizeof v); }
+template <int W>
+TP_INLINE Vec<W> splat(float x) { return x + Vec<W>{}; }
+
+// e^x lane by lane: x = n ln2 + r, e^r by Cephes' polynomial (within 2 ulp), 2^n through the exponent
+// bits; n rounded to nearest by adding and taking away 1.5 * 2^23. Below -87.3 (where e^x is subnormal)
+// the result is 0, -inf included; NaN stays NaN.
+template <int W>
+TP_INLINE Vec<W> vexp(Vec<W> x) {
+  const Vec<W> lo = splat<W>(-87.3365447505531f), hi = splat<W>(88.3762626647949f), magic = splat<W>(12582912.0f);
+  Vec<W> xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const Vec<W> t = xc * 1.44269504088896341f + magic, fx = t - magic;
+  const IVec<W> n = (IVec<W>)t - (IVec<W>)magic;  // the integer fx, from the same bits
+  xc = xc - fx * 0.693359375f;
+  xc = xc - fx * -2.12194440e-4f;
+  Vec<W> y = splat<W>(1.9875691500e-4f);
+  y = y * xc + 1.3981999507e-3f;
+  y = y * xc + 8.3334519073e-3f;
+  y = y * xc + 4.1665795894e-2f;
+  y = y * xc + 1.6666665459e-1f;
+  y = y * xc + 5.0000001201e-1f;
+  y = y * xc * xc + (xc + 1.0f);
+  y = y * (Vec<W>)((n + 127) << 23);
+  y = x < lo ? Vec<W>{} : y;  // below the range (and -inf): 0
+  return x != x ? x : y;     // NaN in, NaN out
 }
 
-TP_AVX2 inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+template <int W>
+TP_INLINE float lanes_max(Vec<W> v) {
+  float m = v[0];
+  for (int i = 1; i < W; ++i) m = std::max(m, static_cast<float>(v[i]));
+  return m;
+}
+template <int W>
+TP_INLINE float lanes_sum(Vec<W> v) {  // pairwise, as a vector reduction adds
+  for (int w = W / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) v[i] += v[i + w];
+  return v[0];
 }
 
+// One query row of scores, softmaxed in place: x[0, visible) are the raw scores q.k of the keys it sees,
+// bias the row of the additive bias (or null); out: x[0, n) the probabilities (0 past visible) and *lse.
+// Scaled scores plus bias and their maximum; the exponentials (of -inf: 0, where every key is masked),
+// their sum and the probabilities. A NaN score makes the row NaN, as the lowering's maximum does.
+template <int W>
+TP_INLINE void softmax_row(float* x, const float* bias, float* lse, int64_t visible, int64_t n, float scale) {
+  Vec<W> m_v = splat<W>(kNegInf);
+  IVec<W> nan_v = {};
+  int64_t j = 0;
+  for (; j + W <= visible; j += W) {
+    Vec<W> v = vload<W>(x + j) * scale;
+    if (bias) v += vload<W>(bias + j);
+    vstore<W>(x + j, v);
+    nan_v |= v != v;
+    m_v = v > m_v ? v : m_v;
+  }
+  float m = lanes_max<W>(m_v);
+  bool nan = false;
+  for (int i = 0; i < W; ++i) nan |= nan_v[i] != 0;
+  for (; j < visible; ++j) {
+    float v = x[j] * scale;
+    if (bias) v += bias[j];
+    x[j] = v;
+    nan |= v != v;
+    m = std::max(m, v);
+  }
+  if (nan) {
+    std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
+    *lse = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const float m_safe = m == kNegInf ? 0.0f : m;
+  Vec<W> sum_v = {};
+  for (j = 0; j + W <= visible; j += W) {
+    const Vec<W> e = vexp<W>(vload<W>(x + j) - m_safe);
+    vstore<W>(x + j, e);
+    sum_v += e;
+  }
+  float sum = lanes_sum<W>(sum_v);
+  for (; j < visible; ++j) sum += x[j] = vexp<1>(Vec<1>{x[j] - m_safe})[0];
+  const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+  for (j = 0; j + W <= visible; j += W) vstore<W>(x + j, vload<W>(x + j) * inv);
+  for (; j < visible; ++j) x[j] *= inv;
+  std::fill(x + visible, x + n, 0.0f);
+  *lse = sum == 0.0f ? 0.0f : m_safe + std::log(sum);
+}
+
+// s[R, ld] = q[R, E] . kt[E, :ld] (kt: the keys transposed, rows kt_ld apart; ld a multiple of 2W)
+template <int W, int R>
+TP_INLINE void scores_rows(const float* q, int64_t e_len, const float* kt, int64_t kt_ld, int64_t ld, float* s) {
+  for (int64_t j = 0; j < ld; j += 2 * W) {
+    Vec<W> acc[R][2] = {};
+    for (int64_t e = 0; e < e_len; ++e) {
+      const Vec<W> k0 = vload<W>(kt + e * kt_ld + j), k1 = vload<W>(kt + e * kt_ld + j + W);
+      for (int r = 0; r < R; ++r) {
+        const Vec<W> qb = splat<W>(q[r * e_len + e]);
+        acc[r][0] += qb * k0;
+        acc[r][1] += qb * k1;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      vstore<W>(s + r * ld + j, acc[r][0]);
+      vstore<W>(s + r * ld + j + W, acc[r][1]);
+    }
+  }
+}
+
+// o[R, ev] = p[R, n] (rows ld apart) . v[n, ev]
+template <int W, int R>
+TP_INLINE void output_rows(const float* p, int64_t ld, const float* v, int64_t n, int64_t ev, float* o) {
+  int64_t c = 0;
+  for (; c + 2 * W <= ev; c += 2 * W) {
+    Vec<W> acc[R][2] = {};
+    for (int64_t j = 0; j < n; ++j) {
+      const Vec<W> v0 = vload<W>(v + j * ev + c), v1 = vload<W>(v + j * ev + c + W);
+      for (int r = 0; r < R; ++r) {
+        const Vec<W> pb = splat<W>(p[r * ld + j]);
+        acc[r][0] += pb * v0;
+        acc[r][1] += pb * v1;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      vstore<W>(o + r * ev + c, acc[r][0]);
+      vstore<W>(o + r * ev + c + W, acc[r][1]);
+    }
+  }
+  for (; c < ev; ++c)  // the last ev % 2W columns
+    for (int r = 0; r < R; ++r) {
+      float acc = 0;
+      for (int64_t j = 0; j < n; ++j) acc += p[r * ld + j] * v[j * ev + c];
+      o[r * ev + c] = acc;
+    }
+}
+
+// q [B, Hq, L, E], k [B, Hkv, S, E], v [B, Hkv, S, Ev], bias [Bb, Hb, Lb, S] (each of Bb, Hb, Lb 1 or
+// full) -> out [B, Hq, L, Ev], lse [B, Hq, L]
 struct Problem {
-  const float *s, *bias;  // scores [BH, L, S] (q k^T, unscaled), bias [BH, L, S] or null
-  float *p, *lse;         // probabilities [BH, L, S], logsumexp [BH, L]
-  int64_t bh, L, S;
+  const float *q, *k, *v, *bias;
+  float *out, *lse;
+  int64_t B, Hq, Hkv, L, S, E, Ev, Bb, Hb, Lb;
   float scale;
   bool causal;
 };
 
-// One query row's pieces: its scores, bias and probabilities, and the keys the causal mask leaves it.
-struct Row {
-  const float *s, *bias;
-  float *out, *lse;
-  int64_t visible, S;
-};
+constexpr int64_t kRows = 32;  // query rows per work item
 
-Row row_of(const Problem& p, int64_t h, int64_t i) {
-  const int64_t off = (h * p.L + i) * p.S;
-  return Row{p.s + off, p.bias ? p.bias + off : nullptr, p.p + off, p.lse + h * p.L + i,
-             p.causal ? std::min<int64_t>(p.S, i + 1) : p.S, p.S};  // keys j <= i under the causal mask
-}
+// keys padded to whole pairs of vectors
+int64_t padded(int64_t n, int w) { return std::max<int64_t>((n + 2 * w - 1) / (2 * w) * 2 * w, 1); }
 
-// the scaled score of key j plus its bias, into the row's probabilities; the maximum and NaN tracked
-inline void take(const Problem& p, const Row& r, int64_t j, float& m, bool& nan) {
-  float x = r.s[j] * p.scale;
-  if (r.bias) x += r.bias[j];
-  r.out[j] = x;
-  nan |= x != x;
-  m = std::max(m, x);
-}
-
-// a NaN score makes the row NaN, as the lowering's maximum does
-void nan_row(const Row& r) {
-  std::fill(r.out, r.out + r.S, std::numeric_limits<float>::quiet_NaN());
-  *r.lse = std::numeric_limits<float>::quiet_NaN();
-}
-
-// masked keys 0; the logsumexp (0 where every key is masked: the exponentials' sum is 0)
-void close_row(const Row& r, float m_safe, float sum) {
-  std::fill(r.out + r.visible, r.out + r.S, 0.0f);
-  *r.lse = sum == 0.0f ? 0.0f : m_safe + std::log(sum);
-}
-
-// One row: scaled scores plus bias up to the causal limit and their maximum; then the exponentials (of
-// -inf: 0, where every key is masked), their sum and the probabilities.
-TP_AVX2 void row_avx2(const Problem& p, int64_t h, int64_t i) {
-  const Row r = row_of(p, h, i);
-  const __m256 scale = _mm256_set1_ps(p.scale);
-  __m256 m8 = _mm256_set1_ps(kNegInf), nan8 = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= r.visible; j += 8) {
-    __m256 x = _mm256_mul_ps(_mm256_loadu_ps(r.s + j), scale);
-    if (r.bias) x = _mm256_add_ps(x, _mm256_loadu_ps(r.bias + j));
-    _mm256_storeu_ps(r.out + j, x);
-    nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-    m8 = _mm256_max_ps(m8, x);
+// Work item `item` (a block of kRows query rows of one head): scores against the keys transposed (kt:
+// [B * Hkv, E, kt_ld]), R rows at a time; each row's softmax; the rows' output.
+template <int W, int R>
+TP_INLINE void item_work(const Problem& p, const float* kt, int64_t kt_ld, int64_t item) {
+  const int64_t blocks = (p.L + kRows - 1) / kRows, G = p.Hq / p.Hkv;
+  const int64_t bh = item / blocks, b = bh / p.Hq, h = bh % p.Hq, kv = b * p.Hkv + h / G;
+  const int64_t i0 = item % blocks * kRows, i1 = std::min(p.L, i0 + kRows), rows = i1 - i0;
+  const int64_t n = p.causal ? std::min(p.S, i1) : p.S;  // the keys the block's last row sees
+  const int64_t ld = padded(n, W);
+  thread_local std::vector<float> scratch;
+  scratch.resize(rows * ld);
+  float* s = scratch.data();
+  const float *q = p.q + (bh * p.L + i0) * p.E, *k = kt + kv * p.E * kt_ld, *v = p.v + kv * p.S * p.Ev;
+  int64_t r = 0;
+  for (; r + R <= rows; r += R) scores_rows<W, R>(q + r * p.E, p.E, k, kt_ld, ld, s + r * ld);
+  for (; r < rows; ++r) scores_rows<W, 1>(q + r * p.E, p.E, k, kt_ld, ld, s + r * ld);
+  const float* bias_head = p.bias ? p.bias + ((p.Bb > 1 ? b : 0) * p.Hb + (p.Hb > 1 ? h : 0)) * p.Lb * p.S : nullptr;
+  for (r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    softmax_row<W>(s + r * ld, bias_head ? bias_head + (p.Lb > 1 ? i : 0) * p.S : nullptr, p.lse + bh * p.L + i,
+                   p.causal ? std::min(p.S, i + 1) : p.S, n, p.scale);
   }
-  float m = kNegInf;
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m8);
-  for (float x : lanes) m = std::max(m, x);
-  bool nan = _mm256_movemask_ps(nan8) != 0;
-  for (; j < r.visible; ++j) take(p, r, j, m, nan);
-  if (nan) return nan_row(r);
-  const float m_safe = m == kNegInf ? 0.0f : m;
-  const __m256 mv = _mm256_set1_ps(m_safe);
-  __m256 sum8 = _mm256_setzero_ps();
-  for (j = 0; j + 8 <= r.visible; j += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(r.out + j), mv));
-    _mm256_storeu_ps(r.out + j, e);
-    sum8 = _mm256_add_ps(sum8, e);
-  }
-  float sum = hsum8(sum8);
-  for (; j < r.visible; ++j) sum += r.out[j] = std::exp(r.out[j] - m_safe);
-  const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-  const __m256 inv8 = _mm256_set1_ps(inv);
-  for (j = 0; j + 8 <= r.visible; j += 8) _mm256_storeu_ps(r.out + j, _mm256_mul_ps(_mm256_loadu_ps(r.out + j), inv8));
-  for (; j < r.visible; ++j) r.out[j] *= inv;
-  close_row(r, m_safe, sum);
+  float* o = p.out + (bh * p.L + i0) * p.Ev;
+  for (r = 0; r + R <= rows; r += R) output_rows<W, R>(s + r * ld, ld, v, n, p.Ev, o + r * p.Ev);
+  for (; r < rows; ++r) output_rows<W, 1>(s + r * ld, ld, v, n, p.Ev, o + r * p.Ev);
 }
 
-// the same, element by element (CPUs without AVX2/FMA, and TORCH_PJRT_KERNEL_ISA=portable)
-void row_portable(const Problem& p, int64_t h, int64_t i) {
-  const Row r = row_of(p, h, i);
-  float m = kNegInf;
-  bool nan = false;
-  for (int64_t j = 0; j < r.visible; ++j) take(p, r, j, m, nan);
-  if (nan) return nan_row(r);
-  const float m_safe = m == kNegInf ? 0.0f : m;
-  float sum = 0;
-  for (int64_t j = 0; j < r.visible; ++j) sum += r.out[j] = std::exp(r.out[j] - m_safe);
-  const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-  for (int64_t j = 0; j < r.visible; ++j) r.out[j] *= inv;
-  close_row(r, m_safe, sum);
+// the item's work for 512-bit vectors (eight rows at a time: 16 accumulators of 32), 256-bit ones (four
+// rows: 8 of 16) and plain code
+using ItemFn = void (*)(const Problem&, const float*, int64_t, int64_t);
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl"), flatten)) void item512(const Problem& p, const float* kt,
+                                                                                    int64_t kt_ld, int64_t item) {
+  item_work<16, 8>(p, kt, kt_ld, item);
+}
+__attribute__((target("avx2,fma"), flatten)) void item256(const Problem& p, const float* kt, int64_t kt_ld,
+                                                          int64_t item) {
+  item_work<8, 4>(p, kt, kt_ld, item);
+}
+__attribute__((flatten)) void item_portable(const Problem& p, const float* kt, int64_t kt_ld, int64_t item) {
+  item_work<1, 4>(p, kt, kt_ld, item);
 }
 
-void softmax_rows(const Problem& p) {
-  constexpr int64_t kRows = 32;  // rows per work item
-  const int64_t blocks = (p.L + kRows - 1) / kRows;
-  const bool vector = isa() != Isa::kPortable;
-  Pool::get().run(p.bh * blocks, [&](int64_t item) {
-    const int64_t h = item / blocks, i0 = item % blocks * kRows, i1 = std::min(p.L, i0 + kRows);
-    for (int64_t i = i0; i < i1; ++i) (vector ? row_avx2 : row_portable)(p, h, i);
+void attend(const Problem& p) {
+  const Isa is = isa();
+  const int width = is == Isa::kAvx512Bf16 ? 16 : is == Isa::kAvx2 ? 8 : 1;
+  const ItemFn work = is == Isa::kAvx512Bf16 ? item512 : is == Isa::kAvx2 ? item256 : item_portable;
+  // every key/value head's keys transposed, [E, S] (rows kt_ld apart, zero past S), once
+  const int64_t kt_ld = padded(p.S, width), heads = p.B * p.Hkv;
+  std::vector<float> kt(heads * p.E * kt_ld, 0.0f);
+  Pool::get().run(heads, [&](int64_t kv) {
+    const float* k = p.k + kv * p.S * p.E;
+    float* t = kt.data() + kv * p.E * kt_ld;
+    for (int64_t j = 0; j < p.S; ++j)
+      for (int64_t e = 0; e < p.E; ++e) t[e * kt_ld + j] = k[j * p.E + e];
   });
+  const int64_t blocks = (p.L + kRows - 1) / kRows;
+  Pool::get().run(p.B * p.Hq * blocks, [&](int64_t item) { work(p, kt.data(), kt_ld, item); });
 }
 
 ffi::Error* handle(ffi::CallFrame* f) {
   if (!executing(f)) return nullptr;
-  const std::string name = kAttentionSoftmax;
+  const std::string name = kAttention;
   const int64_t n = f->args.size;
-  if ((n != 2 && n != 3) || f->rets.size != 2) return fail(f, name + ": expected scores, params[, bias] and 2 results");
+  if ((n != 4 && n != 5) || f->rets.size != 2) return fail(f, name + ": expected q, k, v, params[, bias] and 2 results");
   for (int64_t i = 0; i < n; ++i)
     if (f->args.types[i] != ffi::kArgBuffer) return fail(f, name + ": operands must be buffers");
-  auto* s = static_cast<ffi::Buffer*>(f->args.args[0]);
-  auto* params = static_cast<ffi::Buffer*>(f->args.args[1]);
-  auto* pr = static_cast<ffi::Buffer*>(f->rets.rets[0]);
+  auto arg = [&](int i) { return static_cast<ffi::Buffer*>(f->args.args[i]); };
+  auto *q = arg(0), *k = arg(1), *v = arg(2), *params = arg(3);
+  auto* out = static_cast<ffi::Buffer*>(f->rets.rets[0]);
   auto* lse = static_cast<ffi::Buffer*>(f->rets.rets[1]);
-  for (auto* b : {s, params, pr, lse})
+  for (auto* b : {q, k, v, params, out, lse})
     if (b->dtype != ffi::kF32) return fail(f, name + ": float32 operands and results only");
-  if (s->rank != 3 || pr->rank != 3 || lse->rank != 2 || params->rank != 1 || params->dims[0] != 2)
-    return fail(f, name + ": expected scores[BH, L, S], params f32[2], probabilities[BH, L, S], logsumexp[BH, L]");
+  if (q->rank != 4 || k->rank != 4 || v->rank != 4 || out->rank != 4 || lse->rank != 3 || params->rank != 1 ||
+      params->dims[0] != 2)
+    return fail(f, name + ": expected q[B, Hq, L, E], k[B, Hkv, S, E], v[B, Hkv, S, Ev], params f32[2], "
+                          "out[B, Hq, L, Ev], logsumexp[B, Hq, L]");
   Problem p;
-  p.bh = s->dims[0], p.L = s->dims[1], p.S = s->dims[2];
-  for (int i = 0; i < 3; ++i)
-    if (pr->dims[i] != s->dims[i]) return fail(f, name + ": the probabilities' shape differs from the scores'");
-  if (lse->dims[0] != p.bh || lse->dims[1] != p.L) return fail(f, name + ": logsumexp shape does not agree");
+  p.B = q->dims[0], p.Hq = q->dims[1], p.L = q->dims[2], p.E = q->dims[3];
+  p.Hkv = k->dims[1], p.S = k->dims[2], p.Ev = v->dims[3];
+  if (k->dims[0] != p.B || k->dims[3] != p.E || v->dims[0] != p.B || v->dims[1] != p.Hkv || v->dims[2] != p.S ||
+      p.Hkv == 0 || p.Hq % p.Hkv != 0 || out->dims[0] != p.B || out->dims[1] != p.Hq || out->dims[2] != p.L ||
+      out->dims[3] != p.Ev || lse->dims[0] != p.B || lse->dims[1] != p.Hq || lse->dims[2] != p.L)
+    return fail(f, name + ": operand shapes do not agree");
   p.bias = nullptr;
-  if (n == 3) {
-    auto* bias = static_cast<ffi::Buffer*>(f->args.args[2]);
-    if (bias->dtype != ffi::kF32 || bias->rank != 3 || bias->dims[0] != p.bh || bias->dims[1] != p.L || bias->dims[2] != p.S)
-      return fail(f, name + ": expected bias f32[BH, L, S]");
+  p.Bb = p.Hb = p.Lb = 1;
+  if (n == 5) {
+    auto* bias = arg(4);
+    const bool ok = bias->dtype == ffi::kF32 && bias->rank == 4 && (bias->dims[0] == 1 || bias->dims[0] == p.B) &&
+                    (bias->dims[1] == 1 || bias->dims[1] == p.Hq) && (bias->dims[2] == 1 || bias->dims[2] == p.L) &&
+                    bias->dims[3] == p.S;
+    if (!ok) return fail(f, name + ": expected bias f32[B or 1, Hq or 1, L or 1, S]");
     p.bias = static_cast<const float*>(bias->data);
+    p.Bb = bias->dims[0], p.Hb = bias->dims[1], p.Lb = bias->dims[2];
   }
   const float* prm = static_cast<const float*>(params->data);
   p.scale = prm[0];
   p.causal = prm[1] != 0.0f;
-  p.s = static_cast<const float*>(s->data);
-  p.p = static_cast<float*>(pr->data), p.lse = static_cast<float*>(lse->data);
-  if (p.bh * p.L * p.S > 0) softmax_rows(p);
-  else if (p.bh * p.L > 0) std::fill(p.lse, p.lse + p.bh * p.L, 0.0f);  // no keys: logsumexp of nothing
+  p.q = static_cast<const float*>(q->data), p.k = static_cast<const float*>(k->data);
+  p.v = static_cast<const float*>(v->data);
+  p.out = static_cast<float*>(out->data), p.lse = static_cast<float*>(lse->data);
+  if (p.B * p.Hq * p.L > 0) attend(p);
   return nullptr;
 }
 
 }  // namespace
 
-ffi::Error* attention_softmax(ffi::CallFrame* f) { return handle(f); }
+ffi::Error* attention(ffi::CallFrame* f) { return handle(f); }
 
 }  // namespace kernels

@@ -26,7 +26,7 @@ inline bool executing(ffi::CallFrame* f) {
 }
 
 // attention.cpp
-ffi::Error* attention_softmax(ffi::CallFrame* f);
+ffi::Error* attention(ffi::CallFrame* f);
 // ragged_dot.cpp
 ffi::Error* ragged_rows_nt(ffi::CallFrame* f);
 ffi::Error* ragged_rows_nn(ffi::CallFrame* f);

@@ -43,10 +43,11 @@ inline constexpr const char* kCumprod = "torch_pjrt_cumprod";
 // included; not bool, 1-byte integers or complex128).
 inline constexpr const char* kTranspose = "torch_pjrt_transpose";
 
-// Attention's softmax: scores f32[BH, L, S] (q k^T), params f32[2] = {scale, causal (0 or 1)}, an
-// optional additive bias f32[BH, L, S] -> probabilities f32[BH, L, S], logsumexp f32[BH, L] of
-// scale * scores + bias with keys j > i masked under causal. A row whose keys are all masked gives 0 and
-// logsumexp 0; a NaN score makes its row NaN.
-inline constexpr const char* kAttentionSoftmax = "torch_pjrt_attention_softmax";
+// Attention: q f32[B, Hq, L, E], k f32[B, Hkv, S, E], v f32[B, Hkv, S, Ev] (Hq a multiple of Hkv: query
+// head h reads key/value head h / (Hq / Hkv)), params f32[2] = {scale, causal (0 or 1)}, an optional
+// additive bias f32[B or 1, Hq or 1, L or 1, S] -> out f32[B, Hq, L, Ev], logsumexp f32[B, Hq, L] of
+// softmax(scale * q k^T + bias) v with keys j > i masked under causal. A row whose keys are all masked
+// gives 0 and logsumexp 0; a NaN score makes its row NaN.
+inline constexpr const char* kAttention = "torch_pjrt_attention";
 
 }  // namespace kernels

@@ -19,7 +19,7 @@ bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
       {kCumsum, cumsum},
       {kCumprod, cumprod},
       {kTranspose, transpose},
-      {kAttentionSoftmax, attention_softmax},
+      {kAttention, attention},
   };
   try {
     for (const auto& k : all) plugin.register_ffi_handler(k.target, "Host", reinterpret_cast<void*>(k.handler));

@@ -116,26 +116,32 @@ Value state_word(Builder& b, const Value& state, int64_t i) {
 // _scaled_dot_product_fused_attention_overrideable(q, k, v, attn_bias?, dropout_p, is_causal,
 // return_debug_mask, *, scale?) -> (output, logsumexp, cum_seq_q, cum_seq_k, [max_q, max_k], philox_seed,
 // philox_offset, debug_attn_mask)
-// Without dropout on XLA:CPU, at 16 query rows or more: the products as below, the softmax between them
-// by the host kernel (kernels/attention.cpp: XLA:CPU ran it as separate passes over the scores;
-// [8, 12, 128, 32] 4.6 -> 2.7 ms). A decoding step's query row keeps the lowering, whose small softmax
-// XLA fuses well (the custom call made the tiny Llama's compiled decode at batch 8 30-60 us slower).
+// Without dropout on XLA:CPU, at 16 query rows or more: the host kernel (kernels/attention.cpp: both
+// products and the softmax between them, per block of query rows; XLA:CPU ran the softmax as separate
+// passes over the scores and each head's small products apart). The bias goes in as torch gives it,
+// broadcast only to rank 4. A decoding step's query row keeps the lowering, whose small softmax XLA fuses
+// well (a custom call made the tiny Llama's compiled decode at batch 8 30-60 us slower).
 V forward_kernel(Ctx& c, const Layout& a) {
   Builder& b = c.b;
   constexpr ElementType f32 = ElementType::kF32;
-  const Dims rows{a.B * a.Hq, a.L, a.S};
-  Value q5 = grouped(b, c.t(0), a, a.E);
-  Value raw = b.dot_general(q5, b.convert(c.t(1), a.acc), {0, 1}, {0, 1}, {4}, {3}, a.acc);  // [B, Hkv, G, L, S]
-  std::vector<Value> operands = {b.reshape(raw, rows), const_float(b, {a.scale, c.i(5) != 0 ? 1.0 : 0.0}, f32)};
+  std::vector<Value> operands = {b.convert(c.t(0), f32), b.convert(c.t(1), f32), b.convert(c.t(2), f32),
+                                 const_float(b, {a.scale, c.i(5) != 0 ? 1.0 : 0.0}, f32)};
   if (c.has(3)) {
     Value m = c.t(3);
     if (m.elem() == ElementType::kPred) throw hlo::Error("attention: boolean attn_bias (torch converts masks first)");
-    operands.push_back(b.reshape(b.broadcast_to(b.convert(m, f32), {a.B, a.Hq, a.L, a.S}), rows));
+    Dims dims(4 - std::min<int64_t>(m.rank(), 4), 1);  // leading 1s, then its own sizes
+    for (int64_t d : m.dims()) dims.push_back(d);
+    if (dims.size() != 4) throw hlo::Error("attention: attn_bias of rank above 4");
+    const Dims full{a.B, a.Hq, a.L, a.S};
+    Dims target = dims;
+    target[3] = a.S;  // keys: always full
+    for (int i = 0; i < 3; ++i)
+      if (dims[i] != 1 && dims[i] != full[i]) throw hlo::Error("attention: attn_bias does not broadcast to the scores");
+    operands.push_back(b.broadcast_to(b.reshape(b.convert(m, f32), dims), target));
   }
-  auto r = b.custom_call(kernels::kAttentionSoftmax, operands, {Type{f32, rows}, Type{f32, {a.B * a.Hq, a.L}}});
-  Value out = b.dot_general(b.reshape(r[0], a.scores()), b.convert(c.t(2), a.acc), {0, 1}, {0, 1}, {4}, {2}, a.acc);
+  auto r = b.custom_call(kernels::kAttention, operands, {Type{f32, {a.B, a.Hq, a.L, a.Ev}}, Type{f32, {a.B, a.Hq, a.L}}});
   Value zero = b.constant_i(0, Type{ElementType::kS64, {}});
-  return V{ungrouped(b, out, a, a.Ev), b.reshape(r[1], {a.B, a.Hq, a.L}), Value{}, Value{}, zero, zero, Value{}};
+  return V{b.convert(r[0], a.acc), r[1], Value{}, Value{}, zero, zero, Value{}};
 }
 
 V forward(Ctx& c) {
