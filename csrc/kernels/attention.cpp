@@ -182,7 +182,16 @@ TP_INLINE void output_rows(const float* p, int64_t ld, const float* v, int64_t n
       vstore<W>(o + r * ev + c + W, acc[r][1]);
     }
   }
-  for (; c < ev; ++c)  // the last ev % 2W columns
+  if (c + W <= ev) {  // one more vector of columns
+    Vec<W> acc[R] = {};
+    for (int64_t j = 0; j < n; ++j) {
+      const Vec<W> v0 = vload<W>(v + j * ev + c);
+      for (int r = 0; r < R; ++r) acc[r] += splat<W>(p[r * ld + j]) * v0;
+    }
+    for (int r = 0; r < R; ++r) vstore<W>(o + r * ev + c, acc[r]);
+    c += W;
+  }
+  for (; c < ev; ++c)  // the last ev % W columns
     for (int r = 0; r < R; ++r) {
       float acc = 0;
       for (int64_t j = 0; j < n; ++j) acc += p[r * ld + j] * v[j * ev + c];
@@ -247,21 +256,33 @@ __attribute__((flatten)) void item_portable(const Problem& p, const float* kt, i
   item_work<1, 4>(p, kt, kt_ld, item);
 }
 
+// fn(i) for i in [0, n): on the kernels' threads, or on this one when the whole call is small (a small
+// model's attention: handing work to a helper and waiting for it would cost more than the work)
+template <class F>
+void spread(bool small, int64_t n, const F& fn) {
+  if (small) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  } else {
+    Pool::get().run(n, fn);
+  }
+}
+
 void attend(const Problem& p) {
   const Isa is = isa();
   const int width = is == Isa::kAvx512Bf16 ? 16 : is == Isa::kAvx2 ? 8 : 1;
   const ItemFn work = is == Isa::kAvx512Bf16 ? item512 : is == Isa::kAvx2 ? item256 : item_portable;
+  const bool small = p.B * p.Hq * p.L * p.S * (p.E + p.Ev) < (int64_t{1} << 18);  // [1, 4, 16, 16]: 19 -> 16 us
   // every key/value head's keys transposed, [E, S] (rows kt_ld apart, zero past S), once
   const int64_t kt_ld = padded(p.S, width), heads = p.B * p.Hkv;
   std::vector<float> kt(heads * p.E * kt_ld, 0.0f);
-  Pool::get().run(heads, [&](int64_t kv) {
+  spread(small, heads, [&](int64_t kv) {
     const float* k = p.k + kv * p.S * p.E;
     float* t = kt.data() + kv * p.E * kt_ld;
     for (int64_t j = 0; j < p.S; ++j)
       for (int64_t e = 0; e < p.E; ++e) t[e * kt_ld + j] = k[j * p.E + e];
   });
   const int64_t blocks = (p.L + kRows - 1) / kRows;
-  Pool::get().run(p.B * p.Hq * blocks, [&](int64_t item) { work(p, kt.data(), kt_ld, item); });
+  spread(small, p.B * p.Hq * blocks, [&](int64_t item) { work(p, kt.data(), kt_ld, item); });
 }
 
 ffi::Error* handle(ffi::CallFrame* f) {
