@@ -163,12 +163,14 @@ TP_INLINE void scores_rows(const float* q, int64_t e_len, const float* kt, int64
   }
 }
 
-// o[R, ev] = p[R, n] (rows ld apart) . v[n, ev]
-template <int W, int R>
+// o[R, ev] = p[R, n] (rows ld apart) . v[n, ev], or o += that (Add)
+template <int W, int R, bool Add = false>
 TP_INLINE void output_rows(const float* p, int64_t ld, const float* v, int64_t n, int64_t ev, float* o) {
   int64_t c = 0;
   for (; c + 2 * W <= ev; c += 2 * W) {
     Vec<W> acc[R][2] = {};
+    if (Add)
+      for (int r = 0; r < R; ++r) acc[r][0] = vload<W>(o + r * ev + c), acc[r][1] = vload<W>(o + r * ev + c + W);
     for (int64_t j = 0; j < n; ++j) {
       const Vec<W> v0 = vload<W>(v + j * ev + c), v1 = vload<W>(v + j * ev + c + W);
       for (int r = 0; r < R; ++r) {
@@ -184,6 +186,8 @@ TP_INLINE void output_rows(const float* p, int64_t ld, const float* v, int64_t n
   }
   if (c + W <= ev) {  // one more vector of columns
     Vec<W> acc[R] = {};
+    if (Add)
+      for (int r = 0; r < R; ++r) acc[r] = vload<W>(o + r * ev + c);
     for (int64_t j = 0; j < n; ++j) {
       const Vec<W> v0 = vload<W>(v + j * ev + c);
       for (int r = 0; r < R; ++r) acc[r] += splat<W>(p[r * ld + j]) * v0;
@@ -193,7 +197,7 @@ TP_INLINE void output_rows(const float* p, int64_t ld, const float* v, int64_t n
   }
   for (; c < ev; ++c)  // the last ev % W columns
     for (int r = 0; r < R; ++r) {
-      float acc = 0;
+      float acc = Add ? o[r * ev + c] : 0.0f;
       for (int64_t j = 0; j < n; ++j) acc += p[r * ld + j] * v[j * ev + c];
       o[r * ev + c] = acc;
     }
@@ -223,9 +227,8 @@ TP_INLINE void item_work(const Problem& p, const float* kt, int64_t kt_ld, int64
   const int64_t i0 = item % blocks * kRows, i1 = std::min(p.L, i0 + kRows), rows = i1 - i0;
   const int64_t n = p.causal ? std::min(p.S, i1) : p.S;  // the keys the block's last row sees
   const int64_t ld = padded(n, W);
-  thread_local std::vector<float> scratch;
-  scratch.resize(rows * ld);
-  float* s = scratch.data();
+  std::vector<float> scratch(rows * ld);  // (not thread_local: a thread's copies would outlive torch's
+  float* s = scratch.data();                // autograd threads badly at exit)
   const float *q = p.q + (bh * p.L + i0) * p.E, *k = kt + kv * p.E * kt_ld, *v = p.v + kv * p.S * p.Ev;
   int64_t r = 0;
   for (; r + R <= rows; r += R) scores_rows<W, R>(q + r * p.E, p.E, k, kt_ld, ld, s + r * ld);
@@ -241,6 +244,79 @@ TP_INLINE void item_work(const Problem& p, const float* kt, int64_t kt_ld, int64
   for (; r < rows; ++r) output_rows<W, 1>(s + r * ld, ld, v, n, p.Ev, o + r * p.Ev);
 }
 
+// rows [0, rows) of o[rows, ev] (+)= a[rows, n] (rows a_ld apart) . b[n, ev], R at a time
+template <int W, int R, bool Add>
+TP_INLINE void product_rows(int64_t rows, const float* a, int64_t a_ld, const float* b, int64_t n, int64_t ev, float* o) {
+  int64_t r = 0;
+  for (; r + R <= rows; r += R) output_rows<W, R, Add>(a + r * a_ld, a_ld, b, n, ev, o + r * ev);
+  for (; r < rows; ++r) output_rows<W, 1, Add>(a + r * a_ld, a_ld, b, n, ev, o + r * ev);
+}
+
+// t[n, rows] (rows t_ld apart) = x[rows, n] (rows ld apart) transposed
+TP_INLINE void transpose_block(const float* x, int64_t rows, int64_t n, int64_t ld, float* t, int64_t t_ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) t[j * t_ld + r] = x[r * ld + j];
+}
+
+// [n, e] rows of x transposed into t[e, t_ld] (zero past n)
+TP_INLINE void transpose_keys(const float* x, int64_t n, int64_t e, float* t, int64_t t_ld) {
+  std::fill(t, t + e * t_ld, 0.0f);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < e; ++i) t[i * t_ld + j] = x[j * e + i];
+}
+
+// The gradients of one key/value head (work item `kv` of B * Hkv): every query head that reads it, block
+// by block of query rows, recomputes the scores and probabilities P as the forward does, then
+// dP = dout v^T, dS = P (dP - rowsum(dP P)); dq = scale dS k, and into this head's dk += scale dS^T q and
+// dv += P^T dout (the item owns them: no two threads add into the same rows).
+template <int W, int R>
+TP_INLINE void grad_work(const Problem& p, const float* go, float* dq, float* dk, float* dv, int64_t kv) {
+  const int64_t G = p.Hq / p.Hkv, b = kv / p.Hkv, S = p.S, E = p.E, Ev = p.Ev;
+  const int64_t k_ld = padded(S, W);
+  std::vector<float> kt(E * k_ld), vt(Ev * k_ld), sc(kRows * k_ld), dp(kRows * k_ld), tr(k_ld * kRows), lse(kRows);
+  const float *k = p.k + kv * S * E, *v = p.v + kv * S * Ev;
+  transpose_keys(k, S, E, kt.data(), k_ld);
+  transpose_keys(v, S, Ev, vt.data(), k_ld);
+  float *dk_h = dk + kv * S * E, *dv_h = dv + kv * S * Ev;
+  std::fill(dk_h, dk_h + S * E, 0.0f);
+  std::fill(dv_h, dv_h + S * Ev, 0.0f);
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t h = (kv % p.Hkv) * G + g, bh = b * p.Hq + h;
+    const float* bias_head = p.bias ? p.bias + ((p.Bb > 1 ? b : 0) * p.Hb + (p.Hb > 1 ? h : 0)) * p.Lb * S : nullptr;
+    for (int64_t i0 = 0; i0 < p.L; i0 += kRows) {
+      const int64_t rows = std::min(kRows, p.L - i0), n = p.causal ? std::min(S, i0 + rows) : S, ld = padded(n, W);
+      const float *q = p.q + (bh * p.L + i0) * E, *o_grad = go + (bh * p.L + i0) * Ev;
+      float *s = sc.data(), *d = dp.data();
+      int64_t r = 0;
+      for (; r + R <= rows; r += R) {
+        scores_rows<W, R>(q + r * E, E, kt.data(), k_ld, ld, s + r * ld);
+        scores_rows<W, R>(o_grad + r * Ev, Ev, vt.data(), k_ld, ld, d + r * ld);
+      }
+      for (; r < rows; ++r) {
+        scores_rows<W, 1>(q + r * E, E, kt.data(), k_ld, ld, s + r * ld);
+        scores_rows<W, 1>(o_grad + r * Ev, Ev, vt.data(), k_ld, ld, d + r * ld);
+      }
+      for (r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r;
+        float *pr = s + r * ld, *dr = d + r * ld;
+        softmax_row<W>(pr, bias_head ? bias_head + (p.Lb > 1 ? i : 0) * S : nullptr, lse.data() + r,
+                       p.causal ? std::min(S, i + 1) : S, n, p.scale);
+        float dot = 0;
+        for (int64_t j = 0; j < n; ++j) dot += dr[j] * pr[j];
+        for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot);  // dS
+      }
+      float* dq_rows = dq + (bh * p.L + i0) * E;
+      product_rows<W, R, false>(rows, d, ld, k, n, E, dq_rows);
+      for (int64_t x = 0; x < rows * E; ++x) dq_rows[x] *= p.scale;
+      transpose_block(d, rows, n, ld, tr.data(), kRows);  // dS^T [n, rows]
+      product_rows<W, R, true>(n, tr.data(), kRows, q, rows, E, dk_h);
+      transpose_block(s, rows, n, ld, tr.data(), kRows);  // P^T [n, rows]
+      product_rows<W, R, true>(n, tr.data(), kRows, o_grad, rows, Ev, dv_h);
+    }
+  }
+  for (int64_t x = 0; x < S * E; ++x) dk_h[x] *= p.scale;
+}
+
 // the item's work for 512-bit vectors (eight rows at a time: 16 accumulators of 32), 256-bit ones (four
 // rows: 8 of 16) and plain code
 using ItemFn = void (*)(const Problem&, const float*, int64_t, int64_t);
@@ -254,6 +330,20 @@ __attribute__((target("avx2,fma"), flatten)) void item256(const Problem& p, cons
 }
 __attribute__((flatten)) void item_portable(const Problem& p, const float* kt, int64_t kt_ld, int64_t item) {
   item_work<1, 4>(p, kt, kt_ld, item);
+}
+using GradFn = void (*)(const Problem&, const float*, float*, float*, float*, int64_t);
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl"), flatten)) void grad512(const Problem& p, const float* go,
+                                                                                    float* dq, float* dk, float* dv,
+                                                                                    int64_t kv) {
+  grad_work<16, 8>(p, go, dq, dk, dv, kv);
+}
+__attribute__((target("avx2,fma"), flatten)) void grad256(const Problem& p, const float* go, float* dq, float* dk,
+                                                          float* dv, int64_t kv) {
+  grad_work<8, 4>(p, go, dq, dk, dv, kv);
+}
+__attribute__((flatten)) void grad_portable(const Problem& p, const float* go, float* dq, float* dk, float* dv,
+                                            int64_t kv) {
+  grad_work<1, 4>(p, go, dq, dk, dv, kv);
 }
 
 // fn(i) for i in [0, n): on the kernels' threads, or on this one when the whole call is small (a small
@@ -285,35 +375,54 @@ void attend(const Problem& p) {
   spread(small, p.B * p.Hq * blocks, [&](int64_t item) { work(p, kt.data(), kt_ld, item); });
 }
 
-ffi::Error* handle(ffi::CallFrame* f) {
+void attend_grad(const Problem& p, const float* go, float* dq, float* dk, float* dv) {
+  const Isa is = isa();
+  const GradFn work = is == Isa::kAvx512Bf16 ? grad512 : is == Isa::kAvx2 ? grad256 : grad_portable;
+  const bool small = p.B * p.Hq * p.L * p.S * (p.E + p.Ev) < (int64_t{1} << 18);
+  spread(small, p.B * p.Hkv, [&](int64_t kv) { work(p, go, dq, dk, dv, kv); });
+}
+
+// Forward: q, k, v, params[, bias] -> out, logsumexp. Backward: q, k, v, dout, params[, bias] -> dq, dk, dv.
+ffi::Error* handle(ffi::CallFrame* f, bool backward) {
   if (!executing(f)) return nullptr;
-  const std::string name = kAttention;
-  const int64_t n = f->args.size;
-  if ((n != 4 && n != 5) || f->rets.size != 2) return fail(f, name + ": expected q, k, v, params[, bias] and 2 results");
+  const std::string name = backward ? kAttentionBackward : kAttention;
+  const int64_t n = f->args.size, first = backward ? 5 : 4;
+  if ((n != first && n != first + 1) || f->rets.size != (backward ? 3 : 2))
+    return fail(f, name + (backward ? ": expected q, k, v, dout, params[, bias] and 3 results"
+                                    : ": expected q, k, v, params[, bias] and 2 results"));
   for (int64_t i = 0; i < n; ++i)
     if (f->args.types[i] != ffi::kArgBuffer) return fail(f, name + ": operands must be buffers");
-  auto arg = [&](int i) { return static_cast<ffi::Buffer*>(f->args.args[i]); };
-  auto *q = arg(0), *k = arg(1), *v = arg(2), *params = arg(3);
-  auto* out = static_cast<ffi::Buffer*>(f->rets.rets[0]);
-  auto* lse = static_cast<ffi::Buffer*>(f->rets.rets[1]);
-  for (auto* b : {q, k, v, params, out, lse})
-    if (b->dtype != ffi::kF32) return fail(f, name + ": float32 operands and results only");
-  if (q->rank != 4 || k->rank != 4 || v->rank != 4 || out->rank != 4 || lse->rank != 3 || params->rank != 1 ||
-      params->dims[0] != 2)
-    return fail(f, name + ": expected q[B, Hq, L, E], k[B, Hkv, S, E], v[B, Hkv, S, Ev], params f32[2], "
-                          "out[B, Hq, L, Ev], logsumexp[B, Hq, L]");
+  auto arg = [&](int64_t i) { return static_cast<ffi::Buffer*>(f->args.args[i]); };
+  auto ret = [&](int64_t i) { return static_cast<ffi::Buffer*>(f->rets.rets[i]); };
+  auto *q = arg(0), *k = arg(1), *v = arg(2), *params = arg(first - 1);
+  for (int64_t i = 0; i < n; ++i)
+    if (arg(i)->dtype != ffi::kF32) return fail(f, name + ": float32 operands and results only");
+  for (int64_t i = 0; i < static_cast<int64_t>(f->rets.size); ++i)
+    if (ret(i)->dtype != ffi::kF32) return fail(f, name + ": float32 operands and results only");
+  auto dims_are = [](const ffi::Buffer* b, std::initializer_list<int64_t> d) {
+    if (b->rank != static_cast<int64_t>(d.size())) return false;
+    int64_t i = 0;
+    for (int64_t x : d)
+      if (b->dims[i++] != x) return false;
+    return true;
+  };
+  if (q->rank != 4 || k->rank != 4 || v->rank != 4 || params->rank != 1 || params->dims[0] != 2)
+    return fail(f, name + ": expected q[B, Hq, L, E], k[B, Hkv, S, E], v[B, Hkv, S, Ev], params f32[2]");
   Problem p;
   p.B = q->dims[0], p.Hq = q->dims[1], p.L = q->dims[2], p.E = q->dims[3];
   p.Hkv = k->dims[1], p.S = k->dims[2], p.Ev = v->dims[3];
-  if (k->dims[0] != p.B || k->dims[3] != p.E || v->dims[0] != p.B || v->dims[1] != p.Hkv || v->dims[2] != p.S ||
-      p.Hkv == 0 || p.Hq % p.Hkv != 0 || out->dims[0] != p.B || out->dims[1] != p.Hq || out->dims[2] != p.L ||
-      out->dims[3] != p.Ev || lse->dims[0] != p.B || lse->dims[1] != p.Hq || lse->dims[2] != p.L)
+  if (p.Hkv == 0 || p.Hq % p.Hkv != 0 || !dims_are(k, {p.B, p.Hkv, p.S, p.E}) || !dims_are(v, {p.B, p.Hkv, p.S, p.Ev}))
     return fail(f, name + ": operand shapes do not agree");
+  const bool results_ok =
+      backward ? dims_are(arg(3), {p.B, p.Hq, p.L, p.Ev}) && dims_are(ret(0), {p.B, p.Hq, p.L, p.E}) &&
+                     dims_are(ret(1), {p.B, p.Hkv, p.S, p.E}) && dims_are(ret(2), {p.B, p.Hkv, p.S, p.Ev})
+               : dims_are(ret(0), {p.B, p.Hq, p.L, p.Ev}) && dims_are(ret(1), {p.B, p.Hq, p.L});
+  if (!results_ok) return fail(f, name + ": operand shapes do not agree");
   p.bias = nullptr;
   p.Bb = p.Hb = p.Lb = 1;
-  if (n == 5) {
-    auto* bias = arg(4);
-    const bool ok = bias->dtype == ffi::kF32 && bias->rank == 4 && (bias->dims[0] == 1 || bias->dims[0] == p.B) &&
+  if (n == first + 1) {
+    auto* bias = arg(first);
+    const bool ok = bias->rank == 4 && (bias->dims[0] == 1 || bias->dims[0] == p.B) &&
                     (bias->dims[1] == 1 || bias->dims[1] == p.Hq) && (bias->dims[2] == 1 || bias->dims[2] == p.L) &&
                     bias->dims[3] == p.S;
     if (!ok) return fail(f, name + ": expected bias f32[B or 1, Hq or 1, L or 1, S]");
@@ -325,13 +434,21 @@ ffi::Error* handle(ffi::CallFrame* f) {
   p.causal = prm[1] != 0.0f;
   p.q = static_cast<const float*>(q->data), p.k = static_cast<const float*>(k->data);
   p.v = static_cast<const float*>(v->data);
-  p.out = static_cast<float*>(out->data), p.lse = static_cast<float*>(lse->data);
-  if (p.B * p.Hq * p.L > 0) attend(p);
+  if (!backward) {
+    p.out = static_cast<float*>(ret(0)->data), p.lse = static_cast<float*>(ret(1)->data);
+    if (p.B * p.Hq * p.L > 0) attend(p);
+    return nullptr;
+  }
+  p.out = p.lse = nullptr;
+  if (p.B * p.Hkv > 0)
+    attend_grad(p, static_cast<const float*>(arg(3)->data), static_cast<float*>(ret(0)->data),
+                static_cast<float*>(ret(1)->data), static_cast<float*>(ret(2)->data));
   return nullptr;
 }
 
 }  // namespace
 
-ffi::Error* attention(ffi::CallFrame* f) { return handle(f); }
+ffi::Error* attention(ffi::CallFrame* f) { return handle(f, false); }
+ffi::Error* attention_backward(ffi::CallFrame* f) { return handle(f, true); }
 
 }  // namespace kernels

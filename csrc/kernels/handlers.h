@@ -27,6 +27,7 @@ inline bool executing(ffi::CallFrame* f) {
 
 // attention.cpp
 ffi::Error* attention(ffi::CallFrame* f);
+ffi::Error* attention_backward(ffi::CallFrame* f);
 // ragged_dot.cpp
 ffi::Error* ragged_rows_nt(ffi::CallFrame* f);
 ffi::Error* ragged_rows_nn(ffi::CallFrame* f);

@@ -49,5 +49,8 @@ inline constexpr const char* kTranspose = "torch_pjrt_transpose";
 // softmax(scale * q k^T + bias) v with keys j > i masked under causal. A row whose keys are all masked
 // gives 0 and logsumexp 0; a NaN score makes its row NaN.
 inline constexpr const char* kAttention = "torch_pjrt_attention";
+// Its gradients: q, k, v, dout f32[B, Hq, L, Ev], params[, bias] as above -> dq, dk, dv (shaped as q, k, v),
+// the probabilities recomputed as the forward computes them (no bias gradient).
+inline constexpr const char* kAttentionBackward = "torch_pjrt_attention_backward";
 
 }  // namespace kernels

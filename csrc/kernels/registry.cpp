@@ -20,6 +20,7 @@ bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
       {kCumprod, cumprod},
       {kTranspose, transpose},
       {kAttention, attention},
+      {kAttentionBackward, attention_backward},
   };
   try {
     for (const auto& k : all) plugin.register_ffi_handler(k.target, "Host", reinterpret_cast<void*>(k.handler));

@@ -116,6 +116,21 @@ Value state_word(Builder& b, const Value& state, int64_t i) {
 // _scaled_dot_product_fused_attention_overrideable(q, k, v, attn_bias?, dropout_p, is_causal,
 // return_debug_mask, *, scale?) -> (output, logsumexp, cum_seq_q, cum_seq_k, [max_q, max_k], philox_seed,
 // philox_offset, debug_attn_mask)
+// The bias operand of the host kernels: torch's attn_mask in float32, broadcast only to rank 4 (sizes of
+// 1 stay 1, keys full).
+Value kernel_bias(Builder& b, const Value& m, const Layout& a) {
+  if (m.elem() == ElementType::kPred) throw hlo::Error("attention: boolean attn_bias (torch converts masks first)");
+  if (m.rank() > 4) throw hlo::Error("attention: attn_bias of rank above 4");
+  Dims dims(4 - m.rank(), 1);  // leading 1s, then its own sizes
+  for (int64_t d : m.dims()) dims.push_back(d);
+  const Dims full{a.B, a.Hq, a.L, a.S};
+  Dims target = dims;
+  target[3] = a.S;
+  for (int i = 0; i < 3; ++i)
+    if (dims[i] != 1 && dims[i] != full[i]) throw hlo::Error("attention: attn_bias does not broadcast to the scores");
+  return b.broadcast_to(b.reshape(b.convert(m, ElementType::kF32), dims), target);
+}
+
 // Without dropout on XLA:CPU, at 16 query rows or more: the host kernel (kernels/attention.cpp: both
 // products and the softmax between them, per block of query rows; XLA:CPU ran the softmax as separate
 // passes over the scores and each head's small products apart). The bias goes in as torch gives it,
@@ -126,19 +141,7 @@ V forward_kernel(Ctx& c, const Layout& a) {
   constexpr ElementType f32 = ElementType::kF32;
   std::vector<Value> operands = {b.convert(c.t(0), f32), b.convert(c.t(1), f32), b.convert(c.t(2), f32),
                                  const_float(b, {a.scale, c.i(5) != 0 ? 1.0 : 0.0}, f32)};
-  if (c.has(3)) {
-    Value m = c.t(3);
-    if (m.elem() == ElementType::kPred) throw hlo::Error("attention: boolean attn_bias (torch converts masks first)");
-    Dims dims(4 - std::min<int64_t>(m.rank(), 4), 1);  // leading 1s, then its own sizes
-    for (int64_t d : m.dims()) dims.push_back(d);
-    if (dims.size() != 4) throw hlo::Error("attention: attn_bias of rank above 4");
-    const Dims full{a.B, a.Hq, a.L, a.S};
-    Dims target = dims;
-    target[3] = a.S;  // keys: always full
-    for (int i = 0; i < 3; ++i)
-      if (dims[i] != 1 && dims[i] != full[i]) throw hlo::Error("attention: attn_bias does not broadcast to the scores");
-    operands.push_back(b.broadcast_to(b.reshape(b.convert(m, f32), dims), target));
-  }
+  if (c.has(3)) operands.push_back(kernel_bias(b, c.t(3), a));
   auto r = b.custom_call(kernels::kAttention, operands, {Type{f32, {a.B, a.Hq, a.L, a.Ev}}, Type{f32, {a.B, a.Hq, a.L}}});
   Value zero = b.constant_i(0, Type{ElementType::kS64, {}});
   return V{b.convert(r[0], a.acc), r[1], Value{}, Value{}, zero, zero, Value{}};
@@ -179,10 +182,32 @@ Value reduce_to(Builder& b, Value g, const Dims& target) {
 // _scaled_dot_product_fused_attention_overrideable_backward(grad_out, q, k, v, attn_bias, grad_input_mask,
 // out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset,
 // *, scale?) -> (grad_query, grad_key, grad_value, grad_attn_bias). Recomputes P (out and logsumexp unused).
+// Without dropout or a bias gradient on XLA:CPU, at 16 query rows or more: the gradients by the host
+// kernel (per key/value head: the probabilities recomputed block by block, dq, and dk, dv summed there).
+V backward_kernel(Ctx& c, const Layout& a) {
+  Builder& b = c.b;
+  constexpr ElementType f32 = ElementType::kF32;
+  std::vector<Value> operands = {b.convert(c.t(1), f32), b.convert(c.t(2), f32), b.convert(c.t(3), f32),
+                                 b.convert(c.t(0), f32), const_float(b, {a.scale, c.i(13) != 0 ? 1.0 : 0.0}, f32)};
+  if (c.has(4)) operands.push_back(kernel_bias(b, c.t(4), a));
+  auto r = b.custom_call(kernels::kAttentionBackward, operands,
+                         {Type{f32, {a.B, a.Hq, a.L, a.E}}, Type{f32, {a.B, a.Hkv, a.S, a.E}},
+                          Type{f32, {a.B, a.Hkv, a.S, a.Ev}}});
+  V grads(4);
+  for (size_t i = 0; i < 3; ++i)
+    if (c.wanted(i)) grads[i] = b.convert(r[i], a.acc);
+  // the bias gradient was not asked for (grad_input_mask), though shape inference may define it
+  if (c.wanted(3)) grads[3] = b.broadcast_to(b.constant(0, Type{a.acc, {}}), c.out_dims(3));
+  return grads;
+}
+
 V backward(Ctx& c) {
   Builder& b = c.b;
   const Layout a = layout(c, 1, 2, 3, 16);
   const double dropout = c.d(12);
+  const bool bias_grad = c.wanted(3) && (c.ints(5).size() < 4 || c.ints(5)[3] != 0);  // grad_input_mask
+  if (dropout == 0 && !bias_grad && a.acc == ElementType::kF32 && a.L >= 16 && host_kernels())
+    return backward_kernel(c, a);
   Value q5 = grouped(b, c.t(1), a, a.E);
   Value k = b.convert(c.t(2), a.acc), v = b.convert(c.t(3), a.acc);
   Value s = scores(c, a, q5, k, 4, c.i(13) != 0);

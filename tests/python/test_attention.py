@@ -189,6 +189,38 @@ def test_sdpa_long_rows_match_cpu(kind, causal, gqa, cross, dtype):
     torch.testing.assert_close(got, want, atol=atol, rtol=rtol, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kind,causal,gqa,cross", LONG_CASES + [("finfo_min", False, True, True)], ids=lambda c: str(c))
+def test_sdpa_long_rows_gradients_match_cpu(kind, causal, gqa, cross, dtype):
+    """Forward and gradients at 40 query rows (on the CPU plugin the host kernels: the backward recomputes
+    the probabilities per block of rows and sums dk and dv per key/value head; a mask that gets a
+    gradient keeps the lowering) against the CPU, and as near the float64 result as the CPU is."""
+    gen = torch.Generator().manual_seed(2)
+    B, Hq, L, E = 2, 4, 40, 24
+    Hkv = 2 if gqa else Hq
+    S = 53 if cross else L
+    q, k, v = [torch.randn(B, h, n, E, generator=gen).to(dtype) for h, n in ((Hq, L), (Hkv, S), (Hkv, S))]
+    grad = torch.randn(B, Hq, L, E, generator=gen).to(dtype)
+    mask = make_mask(kind, B, Hq, L, S, dtype, gen)
+    mask_grad = kind == "additive"
+    if mask is not None and mask.is_floating_point():
+        mask = mask.to(dtype)
+    got = run_sdpa(q, k, v, mask, causal, gqa, None, grad, "tpu", dtype, mask_grad)
+    cpu = cpu_reference(q, k, v, mask, causal, gqa, None, grad, dtype, mask_grad, kind)
+    exact = cpu_reference(q, k, v, mask, causal, gqa, None, grad, torch.float64, mask_grad, kind)
+    atol, rtol = TOL[dtype]
+    ulp = torch.finfo(dtype).eps
+    for name, g, c, x in zip(["out", "dq", "dk", "dv", "dmask"], got, cpu, exact):
+        assert g.dtype == c.dtype and g.shape == c.shape, name
+        assert torch.equal(g.isnan(), c.isnan()), f"{name}: NaN where the CPU has none (or the reverse)"
+        torch.testing.assert_close(g, c, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{name}: {m}")
+        finite = x.isfinite()
+        err_tpu = (g.double() - x)[finite].abs().max().item()
+        err_cpu = (c.double() - x)[finite].abs().max().item()
+        scale_x = x[finite].abs().max().item()
+        assert err_tpu <= 2 * err_cpu + 2 * ulp * scale_x, f"{name}: tpu error {err_tpu:.3g} > cpu error {err_cpu:.3g}"
+
+
 @pytest.mark.parametrize("mask_shape", [None, (70, 150), (1, 4, 1, 150), (4, 70, 150), (2, 1, 1, 150), (2, 4, 70, 1)],
                          ids=str)
 @pytest.mark.parametrize("causal", [False, True])
