@@ -127,6 +127,22 @@ def cpu_reference(q, k, v, mask, causal, gqa, scale, grad, dtype, mask_grad, kin
         return run_sdpa(q, k, v, mask, causal, gqa, scale, grad, "cpu", dtype, mask_grad)
 
 
+def assert_matches_cpu(got, cpu, exact, dtype):
+    """The output and gradients (run_sdpa's list) against the CPU's within the dtype's tolerance, NaN where
+    the CPU has NaN, and as near the float64 results as the CPU's within 2x (plus two roundings)."""
+    atol, rtol = TOL[dtype]
+    ulp = torch.finfo(dtype).eps
+    for name, g, c, x in zip(["out", "dq", "dk", "dv", "dmask"], got, cpu, exact):
+        assert g.dtype == c.dtype and g.shape == c.shape, name
+        assert torch.equal(g.isnan(), c.isnan()), f"{name}: NaN where the CPU has none (or the reverse)"
+        torch.testing.assert_close(g, c, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{name}: {m}")
+        finite = x.isfinite()
+        err_tpu = (g.double() - x)[finite].abs().max().item()
+        err_cpu = (c.double() - x)[finite].abs().max().item()
+        scale_x = x[finite].abs().max().item()
+        assert err_tpu <= 2 * err_cpu + 2 * ulp * scale_x, f"{name}: tpu error {err_tpu:.3g} > cpu error {err_cpu:.3g}"
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("kind,causal,gqa,scale,cross", CASES, ids=lambda c: str(c))
 def test_sdpa_matches_cpu(kind, causal, gqa, scale, cross, dtype):
@@ -148,17 +164,7 @@ def test_sdpa_matches_cpu(kind, causal, gqa, scale, cross, dtype):
     cpu = cpu_reference(q, k, v, mask, causal, gqa, scale, grad, dtype, mask_grad, kind)
     exact = cpu_reference(q, k, v, mask, causal, gqa, scale, grad, torch.float64, mask_grad, kind)
 
-    atol, rtol = TOL[dtype]
-    ulp = torch.finfo(dtype).eps
-    for name, g, c, x in zip(["out", "dq", "dk", "dv", "dmask"], got, cpu, exact):
-        assert g.dtype == c.dtype and g.shape == c.shape, name
-        assert torch.equal(g.isnan(), c.isnan()), f"{name}: NaN where the CPU has none (or the reverse)"
-        torch.testing.assert_close(g, c, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{name}: {m}")
-        finite = x.isfinite()
-        err_tpu = (g.double() - x)[finite].abs().max().item()
-        err_cpu = (c.double() - x)[finite].abs().max().item()
-        scale_x = x[finite].abs().max().item()
-        assert err_tpu <= 2 * err_cpu + 2 * ulp * scale_x, f"{name}: tpu error {err_tpu:.3g} > cpu error {err_cpu:.3g}"
+    assert_matches_cpu(got, cpu, exact, dtype)
 
 
 LONG_CASES = [("none", True, False, False), ("none", False, True, True), ("neg_inf_rows", False, False, False),
@@ -208,17 +214,7 @@ def test_sdpa_long_rows_gradients_match_cpu(kind, causal, gqa, cross, dtype):
     got = run_sdpa(q, k, v, mask, causal, gqa, None, grad, "tpu", dtype, mask_grad)
     cpu = cpu_reference(q, k, v, mask, causal, gqa, None, grad, dtype, mask_grad, kind)
     exact = cpu_reference(q, k, v, mask, causal, gqa, None, grad, torch.float64, mask_grad, kind)
-    atol, rtol = TOL[dtype]
-    ulp = torch.finfo(dtype).eps
-    for name, g, c, x in zip(["out", "dq", "dk", "dv", "dmask"], got, cpu, exact):
-        assert g.dtype == c.dtype and g.shape == c.shape, name
-        assert torch.equal(g.isnan(), c.isnan()), f"{name}: NaN where the CPU has none (or the reverse)"
-        torch.testing.assert_close(g, c, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{name}: {m}")
-        finite = x.isfinite()
-        err_tpu = (g.double() - x)[finite].abs().max().item()
-        err_cpu = (c.double() - x)[finite].abs().max().item()
-        scale_x = x[finite].abs().max().item()
-        assert err_tpu <= 2 * err_cpu + 2 * ulp * scale_x, f"{name}: tpu error {err_tpu:.3g} > cpu error {err_cpu:.3g}"
+    assert_matches_cpu(got, cpu, exact, dtype)
 
 
 @pytest.mark.parametrize("mask_shape", [None, (70, 150), (1, 4, 1, 150), (4, 70, 150), (2, 1, 1, 150), (2, 4, 70, 1)],
