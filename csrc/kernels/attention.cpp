@@ -1,17 +1,18 @@
-// Attention on the host (see kernels.h): both products and the softmax between them, as one custom call.
+// Attention and its gradients on the host (see kernels.h), each as one custom call.
 //
-// Why a kernel: XLA:CPU runs the softmax of scaled_dot_product_attention as separate passes over the
+// Why kernels: XLA:CPU runs the softmax of scaled_dot_product_attention as separate passes over the
 // [L, S] scores of every head (the scale, the mask, the maximum, the exponentials, the sum, the
 // division), its reductions along the last dim are slow, and its batched products of one head's small
-// matrices pay per head: [1, 16, 512, 64] causal took 18-20 ms against torch's 4.4 ms. Here a work item
-// is a block of query rows of one head: their scores against the head's keys (transposed once per item, so
-// every product is a broadcast multiply-add along contiguous keys, no horizontal sums), kept in a
-// per-thread buffer; each row's softmax in one pass (scale, bias up to the causal limit, maximum,
-// exponentials through a vector polynomial (Cephes' expf: within 2 ulp), sum, division); then the rows'
-// output as the probabilities times the values. Under the causal mask a block reads only the keys its
-// last row sees. A row whose keys are all masked gives 0 and logsumexp 0, and a NaN score makes its row
-// NaN, as the StableHLO lowering (lowering/attention.cpp). The work of an item is written once with GCC's
-// vector types and compiled for 512-bit vectors, 256-bit ones and plain code (taken by what the CPU has).
+// matrices pay per head: [1, 16, 512, 64] causal took 18-20 ms against torch's 4.4 ms. Forward: a work
+// item is a block of query rows of one head; their scores against the head's keys (the keys transposed
+// once per call, so every product is a broadcast multiply-add along contiguous keys, no horizontal sums);
+// each row's softmax in one pass (scale, bias up to the causal limit, maximum, exponentials through a
+// vector polynomial (Cephes' expf: within 2 ulp), sum, division); then the rows' output as the
+// probabilities times the values. Under the causal mask a block reads only the keys its last row sees.
+// Backward: a work item is a key/value head, whose dk and dv it sums alone (see grad_work). A row whose
+// keys are all masked gives 0 and logsumexp 0, and a NaN score makes its row NaN, as the StableHLO
+// lowering (lowering/attention.cpp). The work of an item is written once with GCC's vector types and
+// compiled for 512-bit vectors, 256-bit ones and plain code (taken by what the CPU has).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -218,6 +219,14 @@ constexpr int64_t kRows = 32;  // query rows per work item
 // keys padded to whole pairs of vectors
 int64_t padded(int64_t n, int w) { return std::max<int64_t>((n + 2 * w - 1) / (2 * w) * 2 * w, 1); }
 
+// rows [0, rows) of o[rows, ev] (+)= a[rows, n] (rows a_ld apart) . b[n, ev], R at a time
+template <int W, int R, bool Add>
+TP_INLINE void product_rows(int64_t rows, const float* a, int64_t a_ld, const float* b, int64_t n, int64_t ev, float* o) {
+  int64_t r = 0;
+  for (; r + R <= rows; r += R) output_rows<W, R, Add>(a + r * a_ld, a_ld, b, n, ev, o + r * ev);
+  for (; r < rows; ++r) output_rows<W, 1, Add>(a + r * a_ld, a_ld, b, n, ev, o + r * ev);
+}
+
 // Work item `item` (a block of kRows query rows of one head): scores against the keys transposed (kt:
 // [B * Hkv, E, kt_ld]), R rows at a time; each row's softmax; the rows' output.
 template <int W, int R>
@@ -227,8 +236,8 @@ TP_INLINE void item_work(const Problem& p, const float* kt, int64_t kt_ld, int64
   const int64_t i0 = item % blocks * kRows, i1 = std::min(p.L, i0 + kRows), rows = i1 - i0;
   const int64_t n = p.causal ? std::min(p.S, i1) : p.S;  // the keys the block's last row sees
   const int64_t ld = padded(n, W);
-  std::vector<float> scratch(rows * ld);  // (not thread_local: a thread's copies would outlive torch's
-  float* s = scratch.data();                // autograd threads badly at exit)
+  std::vector<float> scratch(rows * ld);  // the block's scores, then its probabilities
+  float* s = scratch.data();
   const float *q = p.q + (bh * p.L + i0) * p.E, *k = kt + kv * p.E * kt_ld, *v = p.v + kv * p.S * p.Ev;
   int64_t r = 0;
   for (; r + R <= rows; r += R) scores_rows<W, R>(q + r * p.E, p.E, k, kt_ld, ld, s + r * ld);
@@ -239,17 +248,7 @@ TP_INLINE void item_work(const Problem& p, const float* kt, int64_t kt_ld, int64
     softmax_row<W>(s + r * ld, bias_head ? bias_head + (p.Lb > 1 ? i : 0) * p.S : nullptr, p.lse + bh * p.L + i,
                    p.causal ? std::min(p.S, i + 1) : p.S, n, p.scale);
   }
-  float* o = p.out + (bh * p.L + i0) * p.Ev;
-  for (r = 0; r + R <= rows; r += R) output_rows<W, R>(s + r * ld, ld, v, n, p.Ev, o + r * p.Ev);
-  for (; r < rows; ++r) output_rows<W, 1>(s + r * ld, ld, v, n, p.Ev, o + r * p.Ev);
-}
-
-// rows [0, rows) of o[rows, ev] (+)= a[rows, n] (rows a_ld apart) . b[n, ev], R at a time
-template <int W, int R, bool Add>
-TP_INLINE void product_rows(int64_t rows, const float* a, int64_t a_ld, const float* b, int64_t n, int64_t ev, float* o) {
-  int64_t r = 0;
-  for (; r + R <= rows; r += R) output_rows<W, R, Add>(a + r * a_ld, a_ld, b, n, ev, o + r * ev);
-  for (; r < rows; ++r) output_rows<W, 1, Add>(a + r * a_ld, a_ld, b, n, ev, o + r * ev);
+  product_rows<W, R, false>(rows, s, ld, v, n, p.Ev, p.out + (bh * p.L + i0) * p.Ev);
 }
 
 // t[n, rows] (rows t_ld apart) = x[rows, n] (rows ld apart) transposed
