@@ -110,6 +110,15 @@ void batch_norm_stats(const torch::jit::Stack& args, torch::jit::Stack& results)
   }
 }
 
+// _scaled_dot_product_fused_attention_overrideable_backward: its meta kernel defines all four gradients
+// (the bias's whenever there is a bias); grad_input_mask (argument 5) says which were asked for, and the
+// rest are undefined, as the CPU's backward leaves them, so the row computes only those.
+void attention_backward_grads(const torch::jit::Stack& args, torch::jit::Stack& results) {
+  const auto mask = args[5].toBoolList();
+  for (size_t i = 0; i < results.size() && i < mask.size(); ++i)
+    if (!mask.get(i)) results[i] = at::Tensor();
+}
+
 }  // namespace
 
 ShapeRule shape_rule(const std::string& name, const std::string& overload) {
@@ -127,6 +136,8 @@ ResultFix result_fix(const std::string& name, const std::string& overload) {
   if (name == "aten::_native_batch_norm_legit_no_training" && overload.empty()) return batch_norm_stats<kNotTraining>;
   if (name == "aten::multi_margin_loss" && overload.empty()) return multi_margin_loss;
   if (name == "aten::multilabel_margin_loss_forward" && overload.empty()) return multilabel_margin_loss;
+  if (name == "aten::_scaled_dot_product_fused_attention_overrideable_backward" && overload.empty())
+    return attention_backward_grads;
   return nullptr;
 }
 

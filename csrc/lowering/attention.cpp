@@ -113,12 +113,18 @@ Value state_word(Builder& b, const Value& state, int64_t i) {
   return b.bitcast_convert(w, Type{ElementType::kS64, {}});
 }
 
-// _scaled_dot_product_fused_attention_overrideable(q, k, v, attn_bias?, dropout_p, is_causal,
-// return_debug_mask, *, scale?) -> (output, logsumexp, cum_seq_q, cum_seq_k, [max_q, max_k], philox_seed,
-// philox_offset, debug_attn_mask)
-// The bias operand of the host kernels: torch's attn_mask in float32, broadcast only to rank 4 (sizes of
-// 1 stay 1, keys full).
-Value kernel_bias(Builder& b, const Value& m, const Layout& a) {
+// The host kernels' operands: the tensor arguments `tensors` in float32, params f32[2] = {scale, causal}
+// (argument `causal`), and torch's attn_mask (argument `bias`, if given) in float32, broadcast only to
+// rank 4 (sizes of 1 stay 1, keys full).
+std::vector<Value> kernel_operands(Ctx& c, const Layout& a, std::initializer_list<size_t> tensors, size_t causal,
+                                   size_t bias) {
+  Builder& b = c.b;
+  constexpr ElementType f32 = ElementType::kF32;
+  std::vector<Value> operands;
+  for (size_t i : tensors) operands.push_back(b.convert(c.t(i), f32));
+  operands.push_back(const_float(b, {a.scale, c.i(causal) != 0 ? 1.0 : 0.0}, f32));
+  if (!c.has(bias)) return operands;
+  const Value& m = c.t(bias);
   if (m.elem() == ElementType::kPred) throw hlo::Error("attention: boolean attn_bias (torch converts masks first)");
   if (m.rank() > 4) throw hlo::Error("attention: attn_bias of rank above 4");
   Dims dims(4 - m.rank(), 1);  // leading 1s, then its own sizes
@@ -128,7 +134,8 @@ Value kernel_bias(Builder& b, const Value& m, const Layout& a) {
   target[3] = a.S;
   for (int i = 0; i < 3; ++i)
     if (dims[i] != 1 && dims[i] != full[i]) throw hlo::Error("attention: attn_bias does not broadcast to the scores");
-  return b.broadcast_to(b.reshape(b.convert(m, ElementType::kF32), dims), target);
+  operands.push_back(b.broadcast_to(b.reshape(b.convert(m, f32), dims), target));
+  return operands;
 }
 
 // Without dropout on XLA:CPU, at 16 query rows or more: the host kernel (kernels/attention.cpp: both
@@ -139,14 +146,15 @@ Value kernel_bias(Builder& b, const Value& m, const Layout& a) {
 V forward_kernel(Ctx& c, const Layout& a) {
   Builder& b = c.b;
   constexpr ElementType f32 = ElementType::kF32;
-  std::vector<Value> operands = {b.convert(c.t(0), f32), b.convert(c.t(1), f32), b.convert(c.t(2), f32),
-                                 const_float(b, {a.scale, c.i(5) != 0 ? 1.0 : 0.0}, f32)};
-  if (c.has(3)) operands.push_back(kernel_bias(b, c.t(3), a));
-  auto r = b.custom_call(kernels::kAttention, operands, {Type{f32, {a.B, a.Hq, a.L, a.Ev}}, Type{f32, {a.B, a.Hq, a.L}}});
+  auto r = b.custom_call(kernels::kAttention, kernel_operands(c, a, {0, 1, 2}, 5, 3),
+                         {Type{f32, {a.B, a.Hq, a.L, a.Ev}}, Type{f32, {a.B, a.Hq, a.L}}});
   Value zero = b.constant_i(0, Type{ElementType::kS64, {}});
   return V{b.convert(r[0], a.acc), r[1], Value{}, Value{}, zero, zero, Value{}};
 }
 
+// _scaled_dot_product_fused_attention_overrideable(q, k, v, attn_bias?, dropout_p, is_causal,
+// return_debug_mask, *, scale?) -> (output, logsumexp, cum_seq_q, cum_seq_k, [max_q, max_k], philox_seed,
+// philox_offset, debug_attn_mask)
 V forward(Ctx& c) {
   Builder& b = c.b;
   const Layout a = layout(c, 0, 1, 2, 7);
@@ -182,22 +190,18 @@ Value reduce_to(Builder& b, Value g, const Dims& target) {
 // _scaled_dot_product_fused_attention_overrideable_backward(grad_out, q, k, v, attn_bias, grad_input_mask,
 // out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset,
 // *, scale?) -> (grad_query, grad_key, grad_value, grad_attn_bias). Recomputes P (out and logsumexp unused).
-// Without dropout or a bias gradient on XLA:CPU, at 16 query rows or more: the gradients by the host
-// kernel (per key/value head: the probabilities recomputed block by block, dq, and dk, dv summed there).
+// Without dropout or a bias gradient (asked for: aten/shape_rules.cpp leaves the others undefined) on
+// XLA:CPU, at 16 query rows or more: the gradients by the host kernel (per key/value head: the
+// probabilities recomputed block by block, dq, and dk, dv summed there).
 V backward_kernel(Ctx& c, const Layout& a) {
   Builder& b = c.b;
   constexpr ElementType f32 = ElementType::kF32;
-  std::vector<Value> operands = {b.convert(c.t(1), f32), b.convert(c.t(2), f32), b.convert(c.t(3), f32),
-                                 b.convert(c.t(0), f32), const_float(b, {a.scale, c.i(13) != 0 ? 1.0 : 0.0}, f32)};
-  if (c.has(4)) operands.push_back(kernel_bias(b, c.t(4), a));
-  auto r = b.custom_call(kernels::kAttentionBackward, operands,
+  auto r = b.custom_call(kernels::kAttentionBackward, kernel_operands(c, a, {1, 2, 3, 0}, 13, 4),
                          {Type{f32, {a.B, a.Hq, a.L, a.E}}, Type{f32, {a.B, a.Hkv, a.S, a.E}},
                           Type{f32, {a.B, a.Hkv, a.S, a.Ev}}});
   V grads(4);
   for (size_t i = 0; i < 3; ++i)
     if (c.wanted(i)) grads[i] = b.convert(r[i], a.acc);
-  // the bias gradient was not asked for (grad_input_mask), though shape inference may define it
-  if (c.wanted(3)) grads[3] = b.broadcast_to(b.constant(0, Type{a.acc, {}}), c.out_dims(3));
   return grads;
 }
 
@@ -205,8 +209,7 @@ V backward(Ctx& c) {
   Builder& b = c.b;
   const Layout a = layout(c, 1, 2, 3, 16);
   const double dropout = c.d(12);
-  const bool bias_grad = c.wanted(3) && (c.ints(5).size() < 4 || c.ints(5)[3] != 0);  // grad_input_mask
-  if (dropout == 0 && !bias_grad && a.acc == ElementType::kF32 && a.L >= 16 && host_kernels())
+  if (dropout == 0 && !c.wanted(3) && a.acc == ElementType::kF32 && a.L >= 16 && host_kernels())
     return backward_kernel(c, a);
   Value q5 = grouped(b, c.t(1), a, a.E);
   Value k = b.convert(c.t(2), a.acc), v = b.convert(c.t(3), a.acc);

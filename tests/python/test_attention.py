@@ -127,9 +127,27 @@ def cpu_reference(q, k, v, mask, causal, gqa, scale, grad, dtype, mask_grad, kin
         return run_sdpa(q, k, v, mask, causal, gqa, scale, grad, "cpu", dtype, mask_grad)
 
 
-def assert_matches_cpu(got, cpu, exact, dtype):
-    """The output and gradients (run_sdpa's list) against the CPU's within the dtype's tolerance, NaN where
-    the CPU has NaN, and as near the float64 results as the CPU's within 2x (plus two roundings)."""
+def check_against_cpu(kind, causal, gqa, scale, dtype, L, S, E, seed):
+    """SDPA's output and gradients on "tpu" (one fused op each way) against the CPU's within the dtype's
+    tolerance, NaN where the CPU has NaN, and as near the float64 results as the CPU's within 2x (plus two
+    roundings). B = 2, Hq = 4 (Hkv = 2 with gqa)."""
+    gen = torch.Generator().manual_seed(seed)
+    B, Hq = 2, 4
+    Hkv = 2 if gqa else Hq
+    # inputs rounded to the test dtype first, so the float64 reference sees the same numbers
+    q, k, v = [torch.randn(B, h, n, E, generator=gen).to(dtype) for h, n in ((Hq, L), (Hkv, S), (Hkv, S))]
+    grad = torch.randn(B, Hq, L, E, generator=gen).to(dtype)
+    mask = make_mask(kind, B, Hq, L, S, dtype, gen)
+    mask_grad = kind == "additive"
+    if mask is not None and mask.is_floating_point():
+        mask = mask.to(dtype)
+
+    with OpRecorder() as rec:
+        got = run_sdpa(q, k, v, mask, causal, gqa, scale, grad, "tpu", dtype, mask_grad)
+    assert_fused(rec.ops, backward=True)
+    cpu = cpu_reference(q, k, v, mask, causal, gqa, scale, grad, dtype, mask_grad, kind)
+    exact = cpu_reference(q, k, v, mask, causal, gqa, scale, grad, torch.float64, mask_grad, kind)
+
     atol, rtol = TOL[dtype]
     ulp = torch.finfo(dtype).eps
     for name, g, c, x in zip(["out", "dq", "dk", "dv", "dmask"], got, cpu, exact):
@@ -146,75 +164,40 @@ def assert_matches_cpu(got, cpu, exact, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("kind,causal,gqa,scale,cross", CASES, ids=lambda c: str(c))
 def test_sdpa_matches_cpu(kind, causal, gqa, scale, cross, dtype):
-    gen = torch.Generator().manual_seed(0)
-    B, Hq, L, E = 2, 4, 5, 8
-    Hkv = 2 if gqa else Hq
-    S = 7 if cross else L
-    # inputs rounded to the test dtype first, so the float64 reference sees the same numbers
-    q, k, v = [torch.randn(B, h, n, E, generator=gen).to(dtype) for h, n in ((Hq, L), (Hkv, S), (Hkv, S))]
-    grad = torch.randn(B, Hq, L, E, generator=gen).to(dtype)
-    mask = make_mask(kind, B, Hq, L, S, dtype, gen)
-    mask_grad = kind == "additive"
-    if mask is not None and mask.is_floating_point():
-        mask = mask.to(dtype)
-
-    with OpRecorder() as rec:
-        got = run_sdpa(q, k, v, mask, causal, gqa, scale, grad, "tpu", dtype, mask_grad)
-    assert_fused(rec.ops, backward=True)
-    cpu = cpu_reference(q, k, v, mask, causal, gqa, scale, grad, dtype, mask_grad, kind)
-    exact = cpu_reference(q, k, v, mask, causal, gqa, scale, grad, torch.float64, mask_grad, kind)
-
-    assert_matches_cpu(got, cpu, exact, dtype)
+    check_against_cpu(kind, causal, gqa, scale, dtype, L=5, S=7 if cross else 5, E=8, seed=0)
 
 
 LONG_CASES = [("none", True, False, False), ("none", False, True, True), ("neg_inf_rows", False, False, False),
-              ("additive", True, True, True), ("bool_rows", False, False, True), ("pad_left", True, True, False)]
+              ("additive", True, True, True), ("bool_rows", False, False, True), ("pad_left", True, True, False),
+              ("finfo_min", False, True, True)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("kind,causal,gqa,cross", LONG_CASES, ids=lambda c: str(c))
 def test_sdpa_long_rows_match_cpu(kind, causal, gqa, cross, dtype):
-    """Forty query rows of tens of keys (on the CPU plugin, 16 query rows or more go through the softmax
-    host kernel, 8 keys at a time with its vector exponential and element by element past the last 8): the
-    forward against the CPU within the dtype's tolerance, fully masked rows 0."""
-    gen = torch.Generator().manual_seed(1)
-    B, Hq, L, E = 2, 4, 40, 24
-    Hkv = 2 if gqa else Hq
-    S = 53 if cross else L
-    q, k, v = [(torch.randn(B, h, n, E, generator=gen) * 2).to(dtype) for h, n in ((Hq, L), (Hkv, S), (Hkv, S))]
-    mask = make_mask(kind, B, Hq, L, S, dtype, gen)
-    if mask is not None and mask.is_floating_point():
-        mask = mask.to(dtype)
-    if mask is not None and causal and gqa:  # the CPU's kernels refuse a mask, is_causal and GQA together
-        causal = False
-    got = F.scaled_dot_product_attention(*[t.to("tpu") for t in (q, k, v)], attn_mask=None if mask is None else mask.to("tpu"),
-                                         is_causal=causal, enable_gqa=gqa).cpu()
-    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
-    atol, rtol = TOL[dtype]
-    assert torch.equal(got.isnan(), want.isnan())
-    torch.testing.assert_close(got, want, atol=atol, rtol=rtol, equal_nan=True)
+    """At 40 query rows, which on the CPU plugin go through the host kernels: the forward per block of rows,
+    the backward recomputing the probabilities per block and summing dk and dv per key/value head (a mask
+    that gets a gradient keeps the lowering); keys off the vector widths (40 or 53, width 24)."""
+    check_against_cpu(kind, causal, gqa, None, dtype, L=40, S=53 if cross else 40, E=24, seed=2)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("kind,causal,gqa,cross", LONG_CASES + [("finfo_min", False, True, True)], ids=lambda c: str(c))
-def test_sdpa_long_rows_gradients_match_cpu(kind, causal, gqa, cross, dtype):
-    """Forward and gradients at 40 query rows (on the CPU plugin the host kernels: the backward recomputes
-    the probabilities per block of rows and sums dk and dv per key/value head; a mask that gets a
-    gradient keeps the lowering) against the CPU, and as near the float64 result as the CPU is."""
-    gen = torch.Generator().manual_seed(2)
-    B, Hq, L, E = 2, 4, 40, 24
-    Hkv = 2 if gqa else Hq
-    S = 53 if cross else L
-    q, k, v = [torch.randn(B, h, n, E, generator=gen).to(dtype) for h, n in ((Hq, L), (Hkv, S), (Hkv, S))]
-    grad = torch.randn(B, Hq, L, E, generator=gen).to(dtype)
-    mask = make_mask(kind, B, Hq, L, S, dtype, gen)
-    mask_grad = kind == "additive"
-    if mask is not None and mask.is_floating_point():
-        mask = mask.to(dtype)
-    got = run_sdpa(q, k, v, mask, causal, gqa, None, grad, "tpu", dtype, mask_grad)
-    cpu = cpu_reference(q, k, v, mask, causal, gqa, None, grad, dtype, mask_grad, kind)
-    exact = cpu_reference(q, k, v, mask, causal, gqa, None, grad, torch.float64, mask_grad, kind)
-    assert_matches_cpu(got, cpu, exact, dtype)
+@pytest.mark.parametrize("wants", [(True, False, False, False), (False, True, True, False), (True, False, False, True)],
+                         ids=lambda w: "".join("qkvm"[i] for i, x in enumerate(w) if x))
+def test_sdpa_long_rows_some_gradients(wants):
+    """Only the gradients asked for (grad_input_mask: the mask's only when it requires grad, which keeps the
+    lowering), against the CPU; the others stay None."""
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = [torch.randn(2, 4, 40, 16, generator=gen) for _ in range(3)]
+    mask = torch.randn(2, 1, 40, 40, generator=gen)
+    grads = {}
+    for device in ("cpu", "tpu"):
+        xs = [x.detach().to(device).requires_grad_(w) for x, w in zip((q, k, v, mask), wants)]
+        F.scaled_dot_product_attention(*xs[:3], attn_mask=xs[3]).sum().backward()
+        grads[device] = [None if x.grad is None else x.grad.cpu() for x in xs]
+    for i, (g, c) in enumerate(zip(grads["tpu"], grads["cpu"])):
+        assert (g is None) == (c is None) == (not wants[i])
+        if g is not None:
+            torch.testing.assert_close(g, c, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("mask_shape", [None, (70, 150), (1, 4, 1, 150), (4, 70, 150), (2, 1, 1, 150), (2, 4, 70, 1)],
