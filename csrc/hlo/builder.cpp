@@ -50,6 +50,8 @@ void require(bool ok, const std::string& what) {
 
 }  // namespace
 
+Value (*Builder::materialize)(Builder&, Value) = nullptr;
+
 std::string dims_attr(const Dims& d) { return "array<i64" + (d.empty() ? std::string() : ": " + join(d)) + ">"; }
 
 int64_t Type::numel() const {
@@ -118,9 +120,38 @@ std::string Builder::module_text(const std::string& name) const {
   return s;
 }
 
+namespace {
+
+// Elementwise ops that cost many instructions per element but that XLA's fusion counts as cheap, so it
+// fuses them into a consumer that reads each element many times (a broadcast) and computes them again for
+// each read. Seen in XLA:CPU's optimized programs for sine and cosine; the ops it counts as expensive
+// (exponential, log, power, divide, ...) it keeps out of such fusions itself.
+bool cheap_to_xla_but_costly(const std::string& op) {
+  return op == "stablehlo.sine" || op == "stablehlo.cosine" || op == "stablehlo.tan";
+}
+
+// Ops a loop fusion computes element by element from their operands' elements: a costly operand makes
+// their result costly too.
+bool elementwise_or_layout(const std::string& op) {
+  static const char* const names[] = {
+      "stablehlo.add", "stablehlo.subtract", "stablehlo.multiply", "stablehlo.divide", "stablehlo.negate",
+      "stablehlo.maximum", "stablehlo.minimum", "stablehlo.select", "stablehlo.clamp", "stablehlo.convert",
+      "stablehlo.reshape", "stablehlo.transpose", "stablehlo.slice", "stablehlo.concatenate",
+      "stablehlo.broadcast_in_dim", "stablehlo.abs", "stablehlo.sqrt", "stablehlo.rsqrt", "stablehlo.compare",
+      "stablehlo.reverse", "stablehlo.pad"};
+  for (const char* n : names)
+    if (op == n) return true;
+  return false;
+}
+
+}  // namespace
+
 std::vector<Value> Builder::emit(const std::string& op, const std::vector<Value>& operands,
                                  const std::string& attrs, const std::vector<Type>& results,
                                  const std::vector<std::string>& regions) {
+  bool costly_result = cheap_to_xla_but_costly(op);
+  if (!costly_result && elementwise_or_layout(op))
+    for (const Value& v : operands) costly_result |= costly(v);
   std::vector<Value> out;
   std::string& o = *out_;
   o.append(indent_, ' ');
@@ -166,6 +197,10 @@ std::vector<Value> Builder::emit(const std::string& op, const std::vector<Value>
     o += ")";
   }
   o += "\n";
+  if (costly_result) {
+    costly_.resize(next_id_, false);
+    for (const Value& v : out) costly_[v.id] = true;
+  }
   return out;
 }
 
@@ -332,6 +367,8 @@ Value Builder::bitcast_convert(Value a, const Type& to) { return emit("stablehlo
 
 Value Builder::broadcast_in_dim(Value a, const Dims& out_dims, const Dims& broadcast_dims) {
   require(static_cast<int64_t>(broadcast_dims.size()) == a.rank(), "broadcast_in_dim: rank mismatch");
+  if (materialize && costly(a) && Type{a.elem(), out_dims}.numel() - a.type.numel() >= kMaterializeAbove)
+    a = materialize(*this, a);
   return emit("stablehlo.broadcast_in_dim", {a}, "broadcast_dimensions = " + dims_attr(broadcast_dims),
               {Type{a.elem(), out_dims}})[0];
 }

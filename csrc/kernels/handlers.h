@@ -36,6 +36,7 @@ ffi::Error* cumsum(ffi::CallFrame* f);
 ffi::Error* cumprod(ffi::CallFrame* f);
 // transpose.cpp
 ffi::Error* transpose(ffi::CallFrame* f);
+ffi::Error* copy(ffi::CallFrame* f);
 // sort.cpp
 ffi::Error* sorted_prefix_descending(ffi::CallFrame* f);
 ffi::Error* sorted_prefix_ascending(ffi::CallFrame* f);

@@ -42,6 +42,9 @@ inline constexpr const char* kCumprod = "torch_pjrt_cumprod";
 // y[B, C, R] = x[B, R, C] with each matrix transposed, for element types of 2, 4 or 8 bytes (complex64
 // included; not bool, 1-byte integers or complex128).
 inline constexpr const char* kTranspose = "torch_pjrt_transpose";
+// y = x (same type and shape, any element type but bool): a value made a buffer of its own, where XLA's
+// fusion would compute it again for each element a broadcast makes of it (hlo::Builder::materialize).
+inline constexpr const char* kCopy = "torch_pjrt_copy";
 
 // Attention: q f32[B, Hq, L, E], k f32[B, Hkv, S, E], v f32[B, Hkv, S, Ev] (Hq a multiple of Hkv: query
 // head h reads key/value head h / (Hq / Hkv)), params f32[2] = {scale, causal (0 or 1)}, an optional

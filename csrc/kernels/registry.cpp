@@ -19,6 +19,7 @@ bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
       {kCumsum, cumsum},
       {kCumprod, cumprod},
       {kTranspose, transpose},
+      {kCopy, copy},
       {kAttention, attention},
       {kAttentionBackward, attention_backward},
   };

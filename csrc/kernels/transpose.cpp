@@ -1,4 +1,5 @@
-// A matrix's transpose on the host (see kernels.h), as one custom call.
+// A matrix's transpose on the host (see kernels.h), as one custom call; and the identity permutation, a
+// copy.
 //
 // Why a kernel: XLA:CPU copies a transposed matrix element by element in the order of the result, reading
 // the source a row apart each step: [1024, 1024] float32 in 3.4 ms, [4096, 1024] in 17 ms (torch: 1.1 ms
@@ -12,6 +13,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <string>
 
@@ -145,8 +147,34 @@ ffi::Error* handle(ffi::CallFrame* f) {
   }
 }
 
+ffi::Error* handle_copy(ffi::CallFrame* f) {
+  if (!executing(f)) return nullptr;
+  const std::string name = kCopy;
+  if (f->args.size != 1 || f->rets.size != 1 || f->args.types[0] != ffi::kArgBuffer)
+    return fail(f, name + ": expected 1 operand and 1 result");
+  auto* x = static_cast<ffi::Buffer*>(f->args.args[0]);
+  auto* y = static_cast<ffi::Buffer*>(f->rets.rets[0]);
+  bool same = x->dtype == y->dtype && x->rank == y->rank;
+  int64_t n = 1;
+  for (int64_t i = 0; same && i < x->rank; ++i) {
+    same = x->dims[i] == y->dims[i];
+    n *= x->dims[i];
+  }
+  if (!same) return fail(f, name + ": expected a result of the operand's type and shape");
+  int64_t bytes = 0;
+  switch (x->dtype) {
+    case ffi::kF16: case ffi::kBF16: case ffi::kS16: case ffi::kU16: bytes = 2; break;
+    case ffi::kF32: case ffi::kS32: case ffi::kU32: bytes = 4; break;
+    case ffi::kF64: case ffi::kS64: case ffi::kU64: case ffi::kC64: bytes = 8; break;
+    default: return fail(f, name + ": elements of 2, 4 or 8 bytes only");
+  }
+  if (n > 0) std::memcpy(y->data, x->data, static_cast<size_t>(n * bytes));
+  return nullptr;
+}
+
 }  // namespace
 
 ffi::Error* transpose(ffi::CallFrame* f) { return handle(f); }
+ffi::Error* copy(ffi::CallFrame* f) { return handle_copy(f); }
 
 }  // namespace kernels

@@ -192,3 +192,32 @@ TEST(builder_rejects_mismatched_shapes) {
   CHECK_THROWS(hlo::Error, b.binary("add", x, y), "operand types differ");
   CHECK_THROWS(hlo::Error, b.reshape(x, {3}), "reshape");
 }
+
+TEST(sine_and_cosine_are_materialized_before_wide_broadcasts) {
+  // A hook that marks what it materializes (the session's own makes a host kernel's copy on XLA:CPU)
+  auto saved = Builder::materialize;
+  Builder::materialize = [](Builder& b, Value v) { return b.unary("optimization_barrier", v); };
+  auto count = [](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = text.find("optimization_barrier"); at != std::string::npos; at = text.find("optimization_barrier", at + 1)) ++n;
+    return n;
+  };
+  const ElementType f32 = ElementType::kF32;
+  Builder b;
+  Value t = b.arg(Type{f32, {32, 16}});
+  // costly through elementwise and layout ops after the cosine
+  Value c = b.reshape(b.binary("multiply", b.unary("cosine", t), t), {1, 32, 16});
+  Value s = b.reshape(b.unary("sine", t), {1, 32, 16});
+  Value e = b.reshape(b.unary("exponential", t), {1, 32, 16});  // XLA keeps exponentials out of such fusions
+  Value wide = b.broadcast_in_dim(c, {16, 32, 16}, {0, 1, 2});   // 7680 more elements: materialized
+  Value narrow = b.broadcast_in_dim(s, {8, 32, 16}, {0, 1, 2});  // 3584 more: computed in place
+  Value other = b.broadcast_in_dim(e, {16, 32, 16}, {0, 1, 2});
+  Value cs = b.broadcast_in_dim(b.reduce({c}, {b.scalar(0, f32)}, {2},
+                                         [](Builder& bb, const std::vector<Value>& a) {
+                                           return std::vector<Value>{bb.binary("add", a[0], a[1])};
+                                         })[0],
+                                {16, 32}, {0, 1});  // a reduction's result is a buffer anyway
+  b.ret({wide, narrow, other, cs});
+  Builder::materialize = saved;
+  CHECK(count(b.module_text()) == 1);
+}

@@ -407,6 +407,36 @@ def test_launches_without_the_dispatch_thread_match_cpu():
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
+def test_rotary_cos_and_sin_are_computed_once_per_element(tmp_path):
+    """XLA:CPU's fusion would compute a cosine or sine again for every element a broadcast makes of it (a
+    rotary embedding's [T, D] cos and sin, once per element of each [B, H, T, D] query): the program takes
+    them through the host kernels' copy before the broadcast (hlo::Builder::materialize), and the result
+    is still the CPU's. The optimized program is read from XLA's dump in a child process, with a program
+    cache of its own so that it compiles."""
+    import os
+    import subprocess
+
+    code = (
+        "import torch, torch_pjrt\n"
+        "def rotate(q, t):\n"
+        "    cos, sin = t.cos()[None, None], t.sin()[None, None]\n"
+        "    return q * cos + q.flip(-1) * sin\n"
+        "torch.manual_seed(0)\n"
+        "q, t = torch.randn(8, 4, 32, 16), torch.randn(32, 16) * 4\n"
+        "out = torch.compile(rotate, backend='tpu')(q.to('tpu'), t.to('tpu')).cpu()\n"
+        "torch.testing.assert_close(out, rotate(q, t), rtol=1e-5, atol=1e-5)\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, TORCH_PJRT_CACHE_DIR=str(tmp_path / "cache"),
+               XLA_FLAGS=f"--xla_dump_to={tmp_path / 'dump'} --xla_dump_hlo_as_text")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    optimized = [p.read_text() for p in (tmp_path / "dump").glob("*after_optimizations.txt")
+                 if "graph" in p.name]
+    assert len(optimized) == 1
+    assert optimized[0].count('custom_call_target="torch_pjrt_copy"') == 2  # the cos and the sin
+
+
 def test_mutated_inputs_are_donated_only_when_written():
     """A graph input the graph writes is donated to its program (XLA may update it in place): the runner
     swaps the new value into its storage. Run without that write-back, the program gets a copy."""
