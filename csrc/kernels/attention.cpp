@@ -45,7 +45,7 @@ template <int W>
 using Vec = typename VecOf<W>::f;
 template <int W>
 using IVec = typename VecOf<W>::i;
-static_assert(sizeof(Vec<16>) == 64 && sizeof(Vec<8>) == 32 && sizeof(Vec<1>) == 4, "vector widths");
+static_assert(sizeof(Vec<2>) == 8 && sizeof(Vec<16>) == 64 && sizeof(Vec<8>) == 32 && sizeof(Vec<1>) == 4, "vector widths");
 
 #define TP_INLINE __attribute__((always_inline)) inline
 
@@ -57,8 +57,17 @@ TP_INLINE Vec<W> vload(const float* p) {
 }
 template <int W>
 TP_INLINE void vstore(float* p, Vec<W> v) { std::memcpy(p, &v, sizeof v); }
+// x in every lane: a shuffle of lane 0, which compiles to a broadcast (or a multiply-add's broadcast
+// operand); x + Vec{} costs a scalar add first (x + 0 is not x for -0), and GCC builds x - Vec{} lane by
+// lane inside the kernels' loops.
 template <int W>
-TP_INLINE Vec<W> splat(float x) { return x + Vec<W>{}; }
+TP_INLINE Vec<W> splat(float x) {
+  Vec<W> v = {x};
+  if constexpr (W == 16) return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  else if constexpr (W == 8) return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0);
+  else if constexpr (W == 1) return v;
+  else return x + Vec<W>{};
+}
 
 // e^x lane by lane: x = n ln2 + r, e^r by Cephes' polynomial (within 2 ulp), 2^n through the exponent
 // bits; n rounded to nearest by adding and taking away 1.5 * 2^23. Below -87.3 (where e^x is subnormal)
@@ -84,45 +93,64 @@ TP_INLINE Vec<W> vexp(Vec<W> x) {
   return x != x ? x : y;     // NaN in, NaN out
 }
 
+// A vector's lanes summed pairwise (lanes i += lanes i + W/2, then i + W/4, ...), as a vector reduction
+// adds; and their maximum. By halves of the vector (a lane-by-lane loop compiles to many extracts, and
+// short rows take two of these each).
 template <int W>
-TP_INLINE float lanes_max(Vec<W> v) {
-  float m = v[0];
-  for (int i = 1; i < W; ++i) m = std::max(m, static_cast<float>(v[i]));
-  return m;
+TP_INLINE void halves(Vec<W> v, Vec<W / 2>& lo, Vec<W / 2>& hi) {
+  std::memcpy(&lo, &v, sizeof lo);
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
 }
 template <int W>
-TP_INLINE float lanes_sum(Vec<W> v) {  // pairwise, as a vector reduction adds
-  for (int w = W / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) v[i] += v[i + w];
-  return v[0];
+TP_INLINE float lanes_max(Vec<W> v) {
+  if constexpr (W == 1) {
+    return v[0];
+  } else {
+    Vec<W / 2> lo, hi;
+    halves<W>(v, lo, hi);
+    return lanes_max<W / 2>(lo > hi ? lo : hi);
+  }
+}
+template <int W>
+TP_INLINE float lanes_sum(Vec<W> v) {
+  if constexpr (W == 1) {
+    return v[0];
+  } else {
+    Vec<W / 2> lo, hi;
+    halves<W>(v, lo, hi);
+    return lanes_sum<W / 2>(lo + hi);
+  }
 }
 
 // One query row of scores, softmaxed in place: x[0, visible) are the raw scores q.k of the keys it sees,
 // bias the row of the additive bias (or null); out: x[0, n) the probabilities (0 past visible) and *lse.
-// Scaled scores plus bias and their maximum; the exponentials (of -inf: 0, where every key is masked),
-// their sum and the probabilities. A NaN score makes the row NaN, as the lowering's maximum does.
+// x has room up to the next multiple of W past visible: the last vector's lanes past visible are -inf, so
+// they change neither the maximum nor the sum. Scaled scores plus bias and their maximum; the
+// exponentials (of -inf: 0, where every key is masked), their sum and the probabilities. A NaN score
+// makes the row NaN, as the lowering's maximum does.
 template <int W>
 TP_INLINE void softmax_row(float* x, const float* bias, float* lse, int64_t visible, int64_t n, float scale) {
+  const int64_t full = visible / W * W, tail = visible - full, end = full + (tail ? W : 0);
   Vec<W> m_v = splat<W>(kNegInf);
   IVec<W> nan_v = {};
-  int64_t j = 0;
-  for (; j + W <= visible; j += W) {
+  for (int64_t j = 0; j < end; j += W) {
     Vec<W> v = vload<W>(x + j) * scale;
-    if (bias) v += vload<W>(bias + j);
+    if (j == full) {  // the last, partial vector
+      float b[W] = {};
+      if (bias) std::memcpy(b, bias + j, tail * sizeof(float));
+      IVec<W> lane;
+      for (int i = 0; i < W; ++i) lane[i] = i;
+      v = lane < static_cast<int32_t>(tail) ? v + vload<W>(b) : splat<W>(kNegInf);
+    } else if (bias) {
+      v += vload<W>(bias + j);
+    }
     vstore<W>(x + j, v);
     nan_v |= v != v;
     m_v = v > m_v ? v : m_v;
   }
-  float m = lanes_max<W>(m_v);
+  const float m = lanes_max<W>(m_v);
   bool nan = false;
   for (int i = 0; i < W; ++i) nan |= nan_v[i] != 0;
-  for (; j < visible; ++j) {
-    float v = x[j] * scale;
-    if (bias) v += bias[j];
-    x[j] = v;
-    nan |= v != v;
-    m = std::max(m, v);
-  }
   if (nan) {
     std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
     *lse = std::numeric_limits<float>::quiet_NaN();
@@ -130,17 +158,15 @@ TP_INLINE void softmax_row(float* x, const float* bias, float* lse, int64_t visi
   }
   const float m_safe = m == kNegInf ? 0.0f : m;
   Vec<W> sum_v = {};
-  for (j = 0; j + W <= visible; j += W) {
+  for (int64_t j = 0; j < end; j += W) {
     const Vec<W> e = vexp<W>(vload<W>(x + j) - m_safe);
     vstore<W>(x + j, e);
     sum_v += e;
   }
-  float sum = lanes_sum<W>(sum_v);
-  for (; j < visible; ++j) sum += x[j] = vexp<1>(Vec<1>{x[j] - m_safe})[0];
+  const float sum = lanes_sum<W>(sum_v);
   const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-  for (j = 0; j + W <= visible; j += W) vstore<W>(x + j, vload<W>(x + j) * inv);
-  for (; j < visible; ++j) x[j] *= inv;
-  std::fill(x + visible, x + n, 0.0f);
+  for (int64_t j = 0; j < end; j += W) vstore<W>(x + j, vload<W>(x + j) * inv);
+  if (end < n) std::fill(x + end, x + n, 0.0f);
   *lse = sum == 0.0f ? 0.0f : m_safe + std::log(sum);
 }
 
@@ -300,9 +326,13 @@ TP_INLINE void grad_work(const Problem& p, const float* go, float* dq, float* dk
         float *pr = s + r * ld, *dr = d + r * ld;
         softmax_row<W>(pr, bias_head ? bias_head + (p.Lb > 1 ? i : 0) * S : nullptr, lse.data() + r,
                        p.causal ? std::min(S, i + 1) : S, n, p.scale);
-        float dot = 0;
-        for (int64_t j = 0; j < n; ++j) dot += dr[j] * pr[j];
-        for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot);  // dS
+        const int64_t full = n / W * W;
+        Vec<W> dot_v = {};
+        for (int64_t j = 0; j < full; j += W) dot_v += vload<W>(dr + j) * vload<W>(pr + j);
+        float dot = lanes_sum<W>(dot_v);
+        for (int64_t j = full; j < n; ++j) dot += dr[j] * pr[j];
+        for (int64_t j = 0; j < full; j += W) vstore<W>(dr + j, vload<W>(pr + j) * (vload<W>(dr + j) - dot));  // dS
+        for (int64_t j = full; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot);
       }
       float* dq_rows = dq + (bh * p.L + i0) * E;
       product_rows<W, R, false>(rows, d, ld, k, n, E, dq_rows);
@@ -360,7 +390,8 @@ void attend(const Problem& p) {
   const Isa is = isa();
   const int width = is == Isa::kAvx512Bf16 ? 16 : is == Isa::kAvx2 ? 8 : 1;
   const ItemFn work = is == Isa::kAvx512Bf16 ? item512 : is == Isa::kAvx2 ? item256 : item_portable;
-  const bool small = p.B * p.Hq * p.L * p.S * (p.E + p.Ev) < (int64_t{1} << 18);  // [1, 4, 16, 16]: 19 -> 16 us
+  // [1, 4, 16, 16]: 19 -> 16 us; [8, 4, 32, 16] (with 2 keys/values heads, causal) 92 -> 73 us
+  const bool small = p.B * p.Hq * p.L * p.S * (p.E + p.Ev) < (int64_t{1} << 21);
   // every key/value head's keys transposed, [E, S] (rows kt_ld apart, zero past S), once
   const int64_t kt_ld = padded(p.S, width), heads = p.B * p.Hkv;
   std::vector<float> kt(heads * p.E * kt_ld, 0.0f);
