@@ -190,9 +190,10 @@ TP_INLINE void scores_rows(const float* q, int64_t e_len, const float* kt, int64
   }
 }
 
-// o[R, ev] = p[R, n] (rows ld apart) . v[n, ev], or o += that (Add)
+// o[R, ev] = p[R, n] (rows ld apart, elements step apart: a transposed p is read in place) . v[n, ev], or
+// o += that (Add)
 template <int W, int R, bool Add = false>
-TP_INLINE void output_rows(const float* p, int64_t ld, const float* v, int64_t n, int64_t ev, float* o) {
+TP_INLINE void output_rows(const float* p, int64_t ld, int64_t step, const float* v, int64_t n, int64_t ev, float* o) {
   int64_t c = 0;
   for (; c + 2 * W <= ev; c += 2 * W) {
     Vec<W> acc[R][2] = {};
@@ -201,7 +202,7 @@ TP_INLINE void output_rows(const float* p, int64_t ld, const float* v, int64_t n
     for (int64_t j = 0; j < n; ++j) {
       const Vec<W> v0 = vload<W>(v + j * ev + c), v1 = vload<W>(v + j * ev + c + W);
       for (int r = 0; r < R; ++r) {
-        const Vec<W> pb = splat<W>(p[r * ld + j]);
+        const Vec<W> pb = splat<W>(p[r * ld + j * step]);
         acc[r][0] += pb * v0;
         acc[r][1] += pb * v1;
       }
@@ -217,7 +218,7 @@ TP_INLINE void output_rows(const float* p, int64_t ld, const float* v, int64_t n
       for (int r = 0; r < R; ++r) acc[r] = vload<W>(o + r * ev + c);
     for (int64_t j = 0; j < n; ++j) {
       const Vec<W> v0 = vload<W>(v + j * ev + c);
-      for (int r = 0; r < R; ++r) acc[r] += splat<W>(p[r * ld + j]) * v0;
+      for (int r = 0; r < R; ++r) acc[r] += splat<W>(p[r * ld + j * step]) * v0;
     }
     for (int r = 0; r < R; ++r) vstore<W>(o + r * ev + c, acc[r]);
     c += W;
@@ -225,7 +226,7 @@ TP_INLINE void output_rows(const float* p, int64_t ld, const float* v, int64_t n
   for (; c < ev; ++c)  // the last ev % W columns
     for (int r = 0; r < R; ++r) {
       float acc = Add ? o[r * ev + c] : 0.0f;
-      for (int64_t j = 0; j < n; ++j) acc += p[r * ld + j] * v[j * ev + c];
+      for (int64_t j = 0; j < n; ++j) acc += p[r * ld + j * step] * v[j * ev + c];
       o[r * ev + c] = acc;
     }
 }
@@ -245,12 +246,14 @@ constexpr int64_t kRows = 32;  // query rows per work item
 // keys padded to whole pairs of vectors
 int64_t padded(int64_t n, int w) { return std::max<int64_t>((n + 2 * w - 1) / (2 * w) * 2 * w, 1); }
 
-// rows [0, rows) of o[rows, ev] (+)= a[rows, n] (rows a_ld apart) . b[n, ev], R at a time
+// rows [0, rows) of o[rows, ev] (+)= a[rows, n] (rows a_ld apart, elements a_step apart) . b[n, ev], R at
+// a time
 template <int W, int R, bool Add>
-TP_INLINE void product_rows(int64_t rows, const float* a, int64_t a_ld, const float* b, int64_t n, int64_t ev, float* o) {
+TP_INLINE void product_rows(int64_t rows, const float* a, int64_t a_ld, int64_t a_step, const float* b, int64_t n,
+                            int64_t ev, float* o) {
   int64_t r = 0;
-  for (; r + R <= rows; r += R) output_rows<W, R, Add>(a + r * a_ld, a_ld, b, n, ev, o + r * ev);
-  for (; r < rows; ++r) output_rows<W, 1, Add>(a + r * a_ld, a_ld, b, n, ev, o + r * ev);
+  for (; r + R <= rows; r += R) output_rows<W, R, Add>(a + r * a_ld, a_ld, a_step, b, n, ev, o + r * ev);
+  for (; r < rows; ++r) output_rows<W, 1, Add>(a + r * a_ld, a_ld, a_step, b, n, ev, o + r * ev);
 }
 
 // Work item `item` (a block of kRows query rows of one head): scores against the keys transposed (kt:
@@ -274,13 +277,7 @@ TP_INLINE void item_work(const Problem& p, const float* kt, int64_t kt_ld, int64
     softmax_row<W>(s + r * ld, bias_head ? bias_head + (p.Lb > 1 ? i : 0) * p.S : nullptr, p.lse + bh * p.L + i,
                    p.causal ? std::min(p.S, i + 1) : p.S, n, p.scale);
   }
-  product_rows<W, R, false>(rows, s, ld, v, n, p.Ev, p.out + (bh * p.L + i0) * p.Ev);
-}
-
-// t[n, rows] (rows t_ld apart) = x[rows, n] (rows ld apart) transposed
-TP_INLINE void transpose_block(const float* x, int64_t rows, int64_t n, int64_t ld, float* t, int64_t t_ld) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < n; ++j) t[j * t_ld + r] = x[r * ld + j];
+  product_rows<W, R, false>(rows, s, ld, 1, v, n, p.Ev, p.out + (bh * p.L + i0) * p.Ev);
 }
 
 // [n, e] rows of x transposed into t[e, t_ld] (zero past n)
@@ -298,7 +295,7 @@ template <int W, int R>
 TP_INLINE void grad_work(const Problem& p, const float* go, float* dq, float* dk, float* dv, int64_t kv) {
   const int64_t G = p.Hq / p.Hkv, b = kv / p.Hkv, S = p.S, E = p.E, Ev = p.Ev;
   const int64_t k_ld = padded(S, W);
-  std::vector<float> kt(E * k_ld), vt(Ev * k_ld), sc(kRows * k_ld), dp(kRows * k_ld), tr(k_ld * kRows), lse(kRows);
+  std::vector<float> kt(E * k_ld), vt(Ev * k_ld), sc(kRows * k_ld), dp(kRows * k_ld), lse(kRows);
   const float *k = p.k + kv * S * E, *v = p.v + kv * S * Ev;
   transpose_keys(k, S, E, kt.data(), k_ld);
   transpose_keys(v, S, Ev, vt.data(), k_ld);
@@ -335,12 +332,10 @@ TP_INLINE void grad_work(const Problem& p, const float* go, float* dq, float* dk
         for (int64_t j = full; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot);
       }
       float* dq_rows = dq + (bh * p.L + i0) * E;
-      product_rows<W, R, false>(rows, d, ld, k, n, E, dq_rows);
+      product_rows<W, R, false>(rows, d, ld, 1, k, n, E, dq_rows);
       for (int64_t x = 0; x < rows * E; ++x) dq_rows[x] *= p.scale;
-      transpose_block(d, rows, n, ld, tr.data(), kRows);  // dS^T [n, rows]
-      product_rows<W, R, true>(n, tr.data(), kRows, q, rows, E, dk_h);
-      transpose_block(s, rows, n, ld, tr.data(), kRows);  // P^T [n, rows]
-      product_rows<W, R, true>(n, tr.data(), kRows, o_grad, rows, Ev, dv_h);
+      product_rows<W, R, true>(n, d, 1, ld, q, rows, E, dk_h);           // dS^T [n, rows], read in place
+      product_rows<W, R, true>(n, s, 1, ld, o_grad, rows, Ev, dv_h);  // P^T
     }
   }
   for (int64_t x = 0; x < S * E; ++x) dk_h[x] *= p.scale;
