@@ -96,30 +96,24 @@ TP_INLINE Vec<W> vexp(Vec<W> x) {
 // A vector's lanes summed pairwise (lanes i += lanes i + W/2, then i + W/4, ...), as a vector reduction
 // adds; and their maximum. By halves of the vector (a lane-by-lane loop compiles to many extracts, and
 // short rows take two of these each).
-template <int W>
-TP_INLINE void halves(Vec<W> v, Vec<W / 2>& lo, Vec<W / 2>& hi) {
-  std::memcpy(&lo, &v, sizeof lo);
-  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+template <int W, class Op>
+TP_INLINE float lanes(Vec<W> v, Op op) {
+  if constexpr (W == 1) {
+    return v[0];
+  } else {
+    Vec<W / 2> lo, hi;
+    std::memcpy(&lo, &v, sizeof lo);
+    std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    return lanes<W / 2>(op(lo, hi), op);
+  }
 }
 template <int W>
 TP_INLINE float lanes_max(Vec<W> v) {
-  if constexpr (W == 1) {
-    return v[0];
-  } else {
-    Vec<W / 2> lo, hi;
-    halves<W>(v, lo, hi);
-    return lanes_max<W / 2>(lo > hi ? lo : hi);
-  }
+  return lanes<W>(v, [](auto a, auto b) { return a > b ? a : b; });
 }
 template <int W>
 TP_INLINE float lanes_sum(Vec<W> v) {
-  if constexpr (W == 1) {
-    return v[0];
-  } else {
-    Vec<W / 2> lo, hi;
-    halves<W>(v, lo, hi);
-    return lanes_sum<W / 2>(lo + hi);
-  }
+  return lanes<W>(v, [](auto a, auto b) { return a + b; });
 }
 
 // One query row of scores, softmaxed in place: x[0, visible) are the raw scores q.k of the keys it sees,

@@ -113,62 +113,51 @@ void transpose(const T* xs, T* ys, int64_t batch, int64_t rows, int64_t cols) {
   });
 }
 
+// The bytes of an element of `dtype` (only they matter here), or 0 for the types not taken.
+int64_t element_bytes(int dtype) {
+  switch (dtype) {
+    case ffi::kF16: case ffi::kBF16: case ffi::kS16: case ffi::kU16: return 2;
+    case ffi::kF32: case ffi::kS32: case ffi::kU32: return 4;
+    case ffi::kF64: case ffi::kS64: case ffi::kU64: case ffi::kC64: return 8;
+    default: return 0;
+  }
+}
+
+// The one operand and result of the call (of the same element type, of 2, 4 or 8 bytes), or an error.
+ffi::Error* operand_and_result(ffi::CallFrame* f, const std::string& name, ffi::Buffer** x, ffi::Buffer** y) {
+  if (f->args.size != 1 || f->rets.size != 1 || f->args.types[0] != ffi::kArgBuffer)
+    return fail(f, name + ": expected 1 operand and 1 result");
+  *x = static_cast<ffi::Buffer*>(f->args.args[0]);
+  *y = static_cast<ffi::Buffer*>(f->rets.rets[0]);
+  if ((*x)->dtype != (*y)->dtype) return fail(f, name + ": expected a result of the operand's type");
+  if (!element_bytes((*x)->dtype)) return fail(f, name + ": elements of 2, 4 or 8 bytes only");
+  return nullptr;
+}
+
 ffi::Error* handle(ffi::CallFrame* f) {
   if (!executing(f)) return nullptr;
   const std::string name = kTranspose;
-  if (f->args.size != 1 || f->rets.size != 1 || f->args.types[0] != ffi::kArgBuffer)
-    return fail(f, name + ": expected 1 operand and 1 result");
-  auto* x = static_cast<ffi::Buffer*>(f->args.args[0]);
-  auto* y = static_cast<ffi::Buffer*>(f->rets.rets[0]);
-  if (x->rank != 3 || y->rank != 3 || x->dtype != y->dtype || y->dims[0] != x->dims[0] || y->dims[1] != x->dims[2] ||
-      y->dims[2] != x->dims[1])
+  ffi::Buffer *x, *y;
+  if (ffi::Error* e = operand_and_result(f, name, &x, &y)) return e;
+  if (x->rank != 3 || y->rank != 3 || y->dims[0] != x->dims[0] || y->dims[1] != x->dims[2] || y->dims[2] != x->dims[1])
     return fail(f, name + ": expected x[B, R, C] and a result [B, C, R] of its type");
   const int64_t batch = x->dims[0], rows = x->dims[1], cols = x->dims[2];
-  switch (x->dtype) {  // only the bytes matter
-    case ffi::kF16:
-    case ffi::kBF16:
-    case ffi::kS16:
-    case ffi::kU16:
-      transpose(static_cast<const W2*>(x->data), static_cast<W2*>(y->data), batch, rows, cols);
-      return nullptr;
-    case ffi::kF32:
-    case ffi::kS32:
-    case ffi::kU32:
-      transpose(static_cast<const W4*>(x->data), static_cast<W4*>(y->data), batch, rows, cols);
-      return nullptr;
-    case ffi::kF64:
-    case ffi::kS64:
-    case ffi::kU64:
-    case ffi::kC64:
-      transpose(static_cast<const W8*>(x->data), static_cast<W8*>(y->data), batch, rows, cols);
-      return nullptr;
-    default:
-      return fail(f, name + ": elements of 2, 4 or 8 bytes only");
+  switch (element_bytes(x->dtype)) {
+    case 2: transpose(static_cast<const W2*>(x->data), static_cast<W2*>(y->data), batch, rows, cols); break;
+    case 4: transpose(static_cast<const W4*>(x->data), static_cast<W4*>(y->data), batch, rows, cols); break;
+    default: transpose(static_cast<const W8*>(x->data), static_cast<W8*>(y->data), batch, rows, cols); break;
   }
+  return nullptr;
 }
 
 ffi::Error* handle_copy(ffi::CallFrame* f) {
   if (!executing(f)) return nullptr;
-  const std::string name = kCopy;
-  if (f->args.size != 1 || f->rets.size != 1 || f->args.types[0] != ffi::kArgBuffer)
-    return fail(f, name + ": expected 1 operand and 1 result");
-  auto* x = static_cast<ffi::Buffer*>(f->args.args[0]);
-  auto* y = static_cast<ffi::Buffer*>(f->rets.rets[0]);
-  bool same = x->dtype == y->dtype && x->rank == y->rank;
-  int64_t n = 1;
-  for (int64_t i = 0; same && i < x->rank; ++i) {
-    same = x->dims[i] == y->dims[i];
-    n *= x->dims[i];
-  }
-  if (!same) return fail(f, name + ": expected a result of the operand's type and shape");
-  int64_t bytes = 0;
-  switch (x->dtype) {
-    case ffi::kF16: case ffi::kBF16: case ffi::kS16: case ffi::kU16: bytes = 2; break;
-    case ffi::kF32: case ffi::kS32: case ffi::kU32: bytes = 4; break;
-    case ffi::kF64: case ffi::kS64: case ffi::kU64: case ffi::kC64: bytes = 8; break;
-    default: return fail(f, name + ": elements of 2, 4 or 8 bytes only");
-  }
-  if (n > 0) std::memcpy(y->data, x->data, static_cast<size_t>(n * bytes));
+  ffi::Buffer *x, *y;
+  if (ffi::Error* e = operand_and_result(f, kCopy, &x, &y)) return e;
+  int64_t n = x->rank == y->rank ? 1 : -1;
+  for (int64_t i = 0; n >= 0 && i < x->rank; ++i) n = x->dims[i] == y->dims[i] ? n * x->dims[i] : -1;
+  if (n < 0) return fail(f, std::string(kCopy) + ": expected a result of the operand's shape");
+  if (n > 0) std::memcpy(y->data, x->data, static_cast<size_t>(n * element_bytes(x->dtype)));
   return nullptr;
 }
 
