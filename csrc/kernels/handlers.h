@@ -37,6 +37,11 @@ ffi::Error* cumprod(ffi::CallFrame* f);
 // transpose.cpp
 ffi::Error* transpose(ffi::CallFrame* f);
 ffi::Error* copy(ffi::CallFrame* f);
+// softmax.cpp
+ffi::Error* softmax(ffi::CallFrame* f);
+ffi::Error* log_softmax(ffi::CallFrame* f);
+ffi::Error* softmax_backward(ffi::CallFrame* f);
+ffi::Error* log_softmax_backward(ffi::CallFrame* f);
 // sort.cpp
 ffi::Error* sorted_prefix_descending(ffi::CallFrame* f);
 ffi::Error* sorted_prefix_ascending(ffi::CallFrame* f);

@@ -46,6 +46,14 @@ inline constexpr const char* kTranspose = "torch_pjrt_transpose";
 // fusion would compute it again for each element a broadcast makes of it (hlo::Builder::materialize).
 inline constexpr const char* kCopy = "torch_pjrt_copy";
 
+// Softmax / log-softmax of each row of x f32[R, N] -> y f32[R, N] (a row of -inf takes 0 as its maximum,
+// a NaN makes its row NaN, as the StableHLO lowering); their gradients: g, y f32[R, N] -> dx, where y is
+// the forward's result (softmax: y (g - sum(g y)); log-softmax: g - exp(y) sum(g)).
+inline constexpr const char* kSoftmax = "torch_pjrt_softmax";
+inline constexpr const char* kLogSoftmax = "torch_pjrt_log_softmax";
+inline constexpr const char* kSoftmaxBackward = "torch_pjrt_softmax_backward";
+inline constexpr const char* kLogSoftmaxBackward = "torch_pjrt_log_softmax_backward";
+
 // Attention: q f32[B, Hq, L, E], k f32[B, Hkv, S, E], v f32[B, Hkv, S, Ev] (Hq a multiple of Hkv: query
 // head h reads key/value head h / (Hq / Hkv)), params f32[2] = {scale, causal (0 or 1)}, an optional
 // additive bias f32[B or 1, Hq or 1, L or 1, S] -> out f32[B, Hq, L, Ev], logsumexp f32[B, Hq, L] of

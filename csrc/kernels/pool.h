@@ -91,4 +91,15 @@ class Pool {
   uint64_t generation_ = 0;
 };
 
+// fn(i) for i in [0, n): on the kernels' threads, or on this one when the whole call is small (a small
+// model's attention or softmax: handing work to a helper and waiting for it would cost more than the work)
+template <class F>
+void spread(bool small, int64_t n, const F& fn) {
+  if (small) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  } else {
+    Pool::get().run(n, fn);
+  }
+}
+
 }  // namespace kernels

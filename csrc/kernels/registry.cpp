@@ -21,6 +21,10 @@ bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
       {kTranspose, transpose},
       {kCopy, copy},
       {kAttention, attention},
+      {kSoftmax, softmax},
+      {kLogSoftmax, log_softmax},
+      {kSoftmaxBackward, softmax_backward},
+      {kLogSoftmaxBackward, log_softmax_backward},
       {kAttentionBackward, attention_backward},
   };
   try {

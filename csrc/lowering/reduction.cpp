@@ -221,6 +221,22 @@ Value softmax(Builder& b, Value x, int64_t dim, bool log) {
 // A 0-d value as a one-element vector; others unchanged.
 Value vec(Builder& b, Value x) { return x.rank() == 0 ? b.reshape(x, {1}) : x; }
 
+// Softmax and log-softmax along the last dim of float32 values (forward: {x}; backward: {g, y}) on
+// XLA:CPU: the host kernel over the rows, [R, N] (kernels.h; XLA computes them in separate passes and its
+// reductions along the last dim are slow). Null where the kernel does not take the call.
+Value softmax_kernel(Builder& b, const std::vector<Value>& in, int64_t dim, bool log, bool backward) {
+  const Value& x = in.back();
+  for (const Value& v : in)
+    if (v.elem() != ElementType::kF32) return Value{};
+  if (!host_kernels() || dim != x.rank() - 1 || x.type.numel() == 0) return Value{};
+  const int64_t n = x.dims().back(), rows = x.type.numel() / n;
+  std::vector<Value> flat;
+  for (const Value& v : in) flat.push_back(b.reshape(v, {rows, n}));
+  const char* target = backward ? (log ? kernels::kLogSoftmaxBackward : kernels::kSoftmaxBackward)
+                                : (log ? kernels::kLogSoftmax : kernels::kSoftmax);
+  return b.reshape(b.custom_call(target, flat, {flat[0].type})[0], x.dims());
+}
+
 int64_t dim_of(const Ctx& c, size_t k, const Value& x) { return x.rank() == 0 ? 0 : wrap_dim(c.i(k), x.rank()); }
 
 // cumsum / cumprod along dim (arg 1) in the result's accumulation type (bools as int64): on XLA:CPU the
@@ -488,16 +504,19 @@ const Rows rows = {
     // 0-d inputs compute as one-element vectors (a reduction over dim 0 of a scalar)
     {{"_softmax", "_softmax.out"}, [](Ctx& c) {
        Value x = vec(c.b, c.b.convert(c.t(0), accumulation_type(c.t(0).elem())));
+       if (Value k = softmax_kernel(c.b, {x}, dim_of(c, 1, x), false, false); k.valid()) return one(finish(c, k));
        return one(finish(c, softmax(c.b, x, dim_of(c, 1, x), false)));
      }},
     {{"_log_softmax", "_log_softmax.out"}, [](Ctx& c) {
        Value x = vec(c.b, c.b.convert(c.t(0), accumulation_type(c.t(0).elem())));
+       if (Value k = softmax_kernel(c.b, {x}, dim_of(c, 1, x), true, false); k.valid()) return one(finish(c, k));
        return one(finish(c, softmax(c.b, x, dim_of(c, 1, x), true)));
      }},
     {{"_softmax_backward_data", "_softmax_backward_data.out"}, [](Ctx& c) {
        ElementType acc = accumulation_type(c.out_type());
        Value g = vec(c.b, c.b.convert(c.t(0), acc)), y = vec(c.b, c.b.convert(c.t(1), acc));
        int64_t dim = dim_of(c, 2, y);
+       if (Value k = softmax_kernel(c.b, {g, y}, dim, false, true); k.valid()) return one(finish(c, k));
        Value s = reduce_sum(c.b, c.b.binary("multiply", g, y), {dim});
        return one(finish(c, c.b.binary("multiply", y, c.b.binary("subtract", g, bcast_reduced(c.b, s, y, dim)))));
      }},
@@ -505,6 +524,7 @@ const Rows rows = {
        ElementType acc = accumulation_type(c.out_type());
        Value g = vec(c.b, c.b.convert(c.t(0), acc)), y = vec(c.b, c.b.convert(c.t(1), acc));
        int64_t dim = dim_of(c, 2, y);
+       if (Value k = softmax_kernel(c.b, {g, y}, dim, true, true); k.valid()) return one(finish(c, k));
        Value s = reduce_sum(c.b, g, {dim});
        return one(finish(c, c.b.binary("subtract", g, c.b.binary("multiply", c.b.unary("exponential", y), bcast_reduced(c.b, s, y, dim)))));
      }},

@@ -635,6 +635,40 @@ def test_softmax_zero_dim(fn):
     grad_check(lambda t: fn(t, -1), randn(3, 4, seed=15))
 
 
+SOFTMAX_SHAPES = [(256, 256), (3, 7), (5, 33), (2, 3, 17), (4, 1), (300, 130), (2, 0)]
+
+
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax])
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES, ids=str)
+def test_softmax_rows_match_cpu(fn, shape):
+    """float32 softmax and log_softmax along the last dim (the host kernel on the CPU plugin, whole vectors
+    and a partial last one) and their gradients against the CPU; rows of -inf, with a NaN, with +inf."""
+    x = randn(*shape, seed=16) * 5
+    if x.numel() > 8:
+        x.view(-1)[3] = float("-inf")
+    if x.dim() >= 2 and x.shape[0] >= 3 and x.shape[-1] >= 2:
+        x[0] = float("-inf")
+        x[1, 0] = float("nan")
+        x[2, 1] = float("inf")
+    grad_check(lambda t: fn(t, -1), x.detach().requires_grad_(), equal_nan=True)
+    grad_check(lambda t: fn(t, 0), randn(5, 3, seed=17))  # not the last dim: the lowering
+
+
+def test_softmax_rows_on_the_other_kernel_paths():
+    """The softmax row tests again in children with the host kernels' 256-bit and portable code."""
+    import os
+    import subprocess
+    import sys
+
+    for isa in ("avx2", "portable"):
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", __file__,
+               "-k", "softmax_rows_match_cpu"]
+        out = subprocess.run(cmd, env=dict(os.environ, TORCH_PJRT_KERNEL_ISA=isa), capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, isa + ": " + out.stdout[-3000:] + out.stderr[-3000:]
+        assert " passed" in out.stdout and "failed" not in out.stdout
+
+
 def test_histogramdd_matches_cpu(fallback_policy):
     """histogramdd natively: bin counts (edges from the data, one sync, or from range), edge tensors,
     weights, density, equal minimum and maximum, empty input."""
