@@ -149,9 +149,9 @@ bool elementwise_or_layout(const std::string& op) {
 std::vector<Value> Builder::emit(const std::string& op, const std::vector<Value>& operands,
                                  const std::string& attrs, const std::vector<Type>& results,
                                  const std::vector<std::string>& regions) {
-  bool costly_result = cheap_to_xla_but_costly(op);
-  if (!costly_result && elementwise_or_layout(op))
-    for (const Value& v : operands) costly_result |= costly(v);
+  bool costly_operand = false;
+  for (const Value& v : operands) costly_operand |= costly(v);
+  const bool costly_result = cheap_to_xla_but_costly(op) || (costly_operand && elementwise_or_layout(op));
   std::vector<Value> out;
   std::string& o = *out_;
   o.append(indent_, ' ');

@@ -44,11 +44,10 @@ TP_INLINE void softmax_row(float* x, const float* bias, float* lse, int64_t visi
   for (int64_t j = 0; j < end; j += W) {
     Vec<W> v = vload<W>(x + j) * scale;
     if (j == full) {  // the last, partial vector
-      float b[W] = {};
-      if (bias) std::memcpy(b, bias + j, tail * sizeof(float));
+      if (bias) v += vload_part<W>(bias + j, tail, 0.0f);
       IVec<W> lane;
       for (int i = 0; i < W; ++i) lane[i] = i;
-      v = lane < static_cast<int32_t>(tail) ? v + vload<W>(b) : splat<W>(kNegInf);
+      v = lane < static_cast<int32_t>(tail) ? v : splat<W>(kNegInf);
     } else if (bias) {
       v += vload<W>(bias + j);
     }

@@ -20,22 +20,7 @@
 namespace kernels {
 namespace {
 
-// x[0, n) into vectors: whole ones, then the last `tail` elements with `fill` in the lanes past them
-template <int W>
-TP_INLINE Vec<W> vload_part(const float* x, int64_t tail, float fill) {
-  float b[W];
-  for (int i = 0; i < W; ++i) b[i] = fill;
-  std::memcpy(b, x, tail * sizeof(float));
-  return vload<W>(b);
-}
-template <int W>
-TP_INLINE void vstore_part(float* y, Vec<W> v, int64_t tail) {
-  float b[W];
-  vstore<W>(b, v);
-  std::memcpy(y, b, tail * sizeof(float));
-}
-
-// f(v, j) for each vector of row x[0, n) (padded with `fill`), then g(v, j, lanes) stores
+// f(v, j, lanes) for each vector of row x[0, n): whole ones, then the last with `fill` past the row
 template <int W, class F>
 TP_INLINE void each_vector(const float* x, int64_t n, float fill, const F& f) {
   const int64_t full = n / W * W;
@@ -78,17 +63,12 @@ TP_INLINE void forward_row(const float* x, float* y, int64_t n, bool log) {
 // softmax: dx = y (g - sum(g y)); log-softmax: dx = g - exp(y) sum(g)
 template <int W>
 TP_INLINE void backward_row(const float* g, const float* y, float* dx, int64_t n, bool log) {
+  auto y_at = [&](int64_t j, int64_t lanes) { return lanes == W ? vload<W>(y + j) : vload_part<W>(y + j, lanes, 0.0f); };
   Vec<W> s_v = {};
-  if (log) {
-    each_vector<W>(g, n, 0.0f, [&](Vec<W> v, int64_t, int64_t) { s_v += v; });
-  } else {
-    each_vector<W>(g, n, 0.0f, [&](Vec<W> v, int64_t j, int64_t lanes) {
-      s_v += v * (lanes == W ? vload<W>(y + j) : vload_part<W>(y + j, lanes, 0.0f));
-    });
-  }
+  each_vector<W>(g, n, 0.0f, [&](Vec<W> v, int64_t j, int64_t lanes) { s_v += log ? v : v * y_at(j, lanes); });
   const float s = lanes_sum<W>(s_v);
   each_vector<W>(g, n, 0.0f, [&](Vec<W> v, int64_t j, int64_t lanes) {
-    const Vec<W> yv = lanes == W ? vload<W>(y + j) : vload_part<W>(y + j, lanes, 0.0f);
+    const Vec<W> yv = y_at(j, lanes);
     store<W>(dx, j, lanes, log ? v - vexp<W>(yv) * s : yv * (v - s));
   });
 }

@@ -98,4 +98,19 @@ TP_INLINE float lanes_sum(Vec<W> v) {
   return lanes<W>(v, [](auto a, auto b) { return a + b; });
 }
 
+// The first `tail` (< W) elements at x as a vector, `fill` in the lanes past them; and their store
+template <int W>
+TP_INLINE Vec<W> vload_part(const float* x, int64_t tail, float fill) {
+  float b[W];
+  for (int i = 0; i < W; ++i) b[i] = fill;
+  std::memcpy(b, x, tail * sizeof(float));
+  return vload<W>(b);
+}
+template <int W>
+TP_INLINE void vstore_part(float* y, Vec<W> v, int64_t tail) {
+  float b[W];
+  vstore<W>(b, v);
+  std::memcpy(y, b, tail * sizeof(float));
+}
+
 }  // namespace kernels
