@@ -51,6 +51,7 @@ void require(bool ok, const std::string& what) {
 }  // namespace
 
 Value (*Builder::materialize)(Builder&, Value) = nullptr;
+Value (*Builder::product)(Builder&, const Product&) = nullptr;
 
 std::string dims_attr(const Dims& d) { return "array<i64" + (d.empty() ? std::string() : ": " + join(d)) + ">"; }
 
@@ -367,6 +368,9 @@ Value Builder::bitcast_convert(Value a, const Type& to) { return emit("stablehlo
 
 Value Builder::broadcast_in_dim(Value a, const Dims& out_dims, const Dims& broadcast_dims) {
   require(static_cast<int64_t>(broadcast_dims.size()) == a.rank(), "broadcast_in_dim: rank mismatch");
+  bool identity = a.dims() == out_dims;
+  for (int64_t i = 0; identity && i < a.rank(); ++i) identity = broadcast_dims[i] == i;
+  if (identity) return a;
   if (materialize && costly(a) && Type{a.elem(), out_dims}.numel() - a.type.numel() >= kMaterializeAbove)
     a = materialize(*this, a);
   return emit("stablehlo.broadcast_in_dim", {a}, "broadcast_dimensions = " + dims_attr(broadcast_dims),
@@ -390,8 +394,12 @@ Value Builder::broadcast_to(Value a, const Dims& out_dims) {
 Value Builder::reshape(Value a, const Dims& dims) {
   Type t{a.elem(), dims};
   require(t.numel() == a.type.numel(), "reshape: " + a.type.str() + " to " + t.str());
+  auto it = reshaped_of_.find(a.id);  // a reshape of a reshape reshapes the first's operand
+  if (it != reshaped_of_.end()) a = it->second;
   if (a.dims() == dims) return a;
-  return emit("stablehlo.reshape", {a}, "", {t})[0];
+  Value r = emit("stablehlo.reshape", {a}, "", {t})[0];
+  reshaped_of_[r.id] = a;
+  return r;
 }
 
 Value Builder::transpose(Value a, const Dims& perm) {
@@ -402,7 +410,16 @@ Value Builder::transpose(Value a, const Dims& perm) {
     out.push_back(a.dims().at(perm[i]));
   }
   if (identity) return a;
-  return emit("stablehlo.transpose", {a}, "permutation = " + dims_attr(perm), {Type{a.elem(), out}})[0];
+  const int64_t r = a.rank();
+  bool last_two = r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
+  for (int64_t i = 0; i + 2 < r; ++i) last_two &= perm[i] == i;
+  if (last_two) {  // a swap of a swap is the value swapped
+    auto it = swapped_of_.find(a.id);
+    if (it != swapped_of_.end()) return it->second;
+  }
+  Value t = emit("stablehlo.transpose", {a}, "permutation = " + dims_attr(perm), {Type{a.elem(), out}})[0];
+  if (last_two) swapped_of_[t.id] = a;
+  return t;
 }
 
 Value Builder::slice(Value a, const Dims& start, const Dims& limit, const Dims& strides) {
@@ -470,8 +487,33 @@ static std::string f32_precision(const Value& a, const Value& b) {
   return ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
 }
 
+// dot_general's operands as a Product (see builder.h), or false when they are not one
+bool Builder::as_product(Value a, Value b, const Dims& lhs_batch, const Dims& rhs_batch, const Dims& lhs_contract,
+                         const Dims& rhs_contract, ElementType result, Product* p) const {
+  const int64_t nb = static_cast<int64_t>(lhs_batch.size());
+  if (lhs_batch != rhs_batch || lhs_contract.size() != 1 || rhs_contract.size() != 1 || a.rank() != nb + 2 ||
+      b.rank() != nb + 2)
+    return false;
+  for (int64_t i = 0; i < nb; ++i)
+    if (lhs_batch[i] != i) return false;
+  if (lhs_contract[0] < nb || rhs_contract[0] < nb) return false;
+  p->a = a, p->b = b, p->result = result;
+  p->a_t = lhs_contract[0] == nb;
+  p->b_t = rhs_contract[0] == nb + 1;
+  for (auto [v, t] : {std::pair{&p->a, &p->a_t}, std::pair{&p->b, &p->b_t}}) {
+    auto it = swapped_of_.find(v->id);
+    if (it != swapped_of_.end()) *v = it->second, *t = !*t;
+  }
+  return true;
+}
+
 Value Builder::dot_general(Value a, Value b, const Dims& lhs_batch, const Dims& rhs_batch,
                            const Dims& lhs_contract, const Dims& rhs_contract, ElementType result) {
+  Product p;
+  if (product && as_product(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract, result, &p)) {
+    Value v = product(*this, p);
+    if (v.valid()) return v;
+  }
   Dims out;
   for (int64_t d : lhs_batch) out.push_back(a.dims()[d]);
   auto free_dims = [&](const Value& v, const Dims& batch, const Dims& contract) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pjrt/element_type.h"
@@ -132,6 +133,20 @@ class Builder {
   static Value (*materialize)(Builder&, Value);
   static constexpr int64_t kMaterializeAbove = 4096;
 
+  // A matrix product as dot_general's operands give it, when it has one contracting dim and its batch
+  // dims lead both operands in order: a is [batch..., M, K] or (a_t) [batch..., K, M], b is
+  // [batch..., K, N] or (b_t) [batch..., N, K], the result [batch..., M, N]. An operand that is a
+  // transpose of its last two dims (a linear layer's weight, x^T in a weight's gradient) is given as the
+  // value it transposes, with its flag flipped.
+  struct Product {
+    Value a, b;
+    bool a_t = false, b_t = false;
+    ElementType result = ElementType::kInvalid;
+  };
+  // Offered every such product first; returns an invalid Value to leave it to stablehlo.dot_general. Set
+  // once by the lowering layer (a host kernel on XLA:CPU).
+  static Value (*product)(Builder&, const Product&);
+
  private:
   Value fresh(Type t);
   std::vector<Value> emit(const std::string& op, const std::vector<Value>& operands,
@@ -139,6 +154,8 @@ class Builder {
                           const std::vector<std::string>& regions = {});
   std::string region(const std::vector<Type>& arg_types, const Body& body);
   std::string ref(const Value& v) const;  // %vN, or %gM#i for a result of a multi-result op
+  bool as_product(Value a, Value b, const Dims& lhs_batch, const Dims& rhs_batch, const Dims& lhs_contract,
+                  const Dims& rhs_contract, ElementType result, Product* p) const;
   bool costly(const Value& v) const { return v.id < static_cast<int>(costly_.size()) && costly_[v.id]; }
 
   // Values that compute sine or cosine (also through elementwise and layout ops after it): XLA's loop
@@ -146,6 +163,9 @@ class Builder {
   // cos and sin, [32, 16], once per element of each [8, 4, 32, 16] query and key: its compiled forward
   // 1.30-1.37 -> 1.23-1.25 ms materialized). Indexed by value id.
   std::vector<bool> costly_;
+  // Values made by transposing the last two dims of another (Product's operands), and by reshaping
+  // another (so that a view read back in its base's shape is the base itself), by value id
+  std::unordered_map<int, Value> swapped_of_, reshaped_of_;
 
   struct Alias {
     int group, first_id, count;

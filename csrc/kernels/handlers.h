@@ -28,6 +28,11 @@ inline bool executing(ffi::CallFrame* f) {
 // attention.cpp
 ffi::Error* attention(ffi::CallFrame* f);
 ffi::Error* attention_backward(ffi::CallFrame* f);
+// matmul.cpp
+ffi::Error* matmul_nn(ffi::CallFrame* f);
+ffi::Error* matmul_nt(ffi::CallFrame* f);
+ffi::Error* matmul_tn(ffi::CallFrame* f);
+ffi::Error* matmul_tt(ffi::CallFrame* f);
 // ragged_dot.cpp
 ffi::Error* ragged_rows_nt(ffi::CallFrame* f);
 ffi::Error* ragged_rows_nn(ffi::CallFrame* f);

@@ -54,6 +54,15 @@ inline constexpr const char* kLogSoftmax = "torch_pjrt_log_softmax";
 inline constexpr const char* kSoftmaxBackward = "torch_pjrt_softmax_backward";
 inline constexpr const char* kLogSoftmaxBackward = "torch_pjrt_log_softmax_backward";
 
+// Matrix products: c f32[..., M, N] = a b, a f32[..., M, K] (the "t" forms: a stored [..., K, M], its
+// transpose) and b f32[..., K, N] (the "t" forms: b stored [..., N, K]), the same leading batch dims on
+// all three; each element sums over k in float32, one multiply-add per term, in order within blocks of
+// 256 terms whose sums are then added in order.
+inline constexpr const char* kMatmulNN = "torch_pjrt_matmul_nn";
+inline constexpr const char* kMatmulNT = "torch_pjrt_matmul_nt";
+inline constexpr const char* kMatmulTN = "torch_pjrt_matmul_tn";
+inline constexpr const char* kMatmulTT = "torch_pjrt_matmul_tt";
+
 // Attention: q f32[B, Hq, L, E], k f32[B, Hkv, S, E], v f32[B, Hkv, S, Ev] (Hq a multiple of Hkv: query
 // head h reads key/value head h / (Hq / Hkv)), params f32[2] = {scale, causal (0 or 1)}, an optional
 // additive bias f32[B or 1, Hq or 1, L or 1, S] -> out f32[B, Hq, L, Ev], logsumexp f32[B, Hq, L] of

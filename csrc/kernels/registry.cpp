@@ -26,6 +26,10 @@ bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
       {kSoftmaxBackward, softmax_backward},
       {kLogSoftmaxBackward, log_softmax_backward},
       {kAttentionBackward, attention_backward},
+      {kMatmulNN, matmul_nn},
+      {kMatmulNT, matmul_nt},
+      {kMatmulTN, matmul_tn},
+      {kMatmulTT, matmul_tt},
   };
   try {
     for (const auto& k : all) plugin.register_ffi_handler(k.target, "Host", reinterpret_cast<void*>(k.handler));

@@ -193,6 +193,48 @@ TEST(builder_rejects_mismatched_shapes) {
   CHECK_THROWS(hlo::Error, b.reshape(x, {3}), "reshape");
 }
 
+TEST(products_are_offered_with_their_transposes_folded) {
+  // A hook that records what it is offered and takes only products whose b is transposed
+  static std::vector<Builder::Product> seen;
+  seen.clear();
+  auto saved = Builder::product;
+  Builder::product = [](Builder& b, const Builder::Product& p) {
+    seen.push_back(p);
+    if (!p.b_t) return Value{};
+    hlo::Dims out(p.a.dims().begin(), p.a.dims().end() - 2);  // batch dims, then M (a's rows), N (b's rows)
+    out.push_back(p.a.dims()[p.a.rank() - 2]);
+    out.push_back(p.b.dims()[p.b.rank() - 2]);
+    return b.custom_call("nt_product", {p.a, p.b}, {Type{p.result, out}})[0];
+  };
+  const ElementType f32 = ElementType::kF32;
+  Builder b;
+  Value x = b.arg(Type{f32, {8, 4}}), w = b.arg(Type{f32, {6, 4}}), g = b.arg(Type{f32, {8, 6}});
+  Value y = b.dot_general(x, b.transpose(w, {1, 0}), {}, {}, {1}, {0}, f32);           // x w^T: w as stored
+  Value dw = b.dot_general(b.transpose(g, {1, 0}), x, {}, {}, {1}, {0}, f32);          // g^T x: a_t
+  Value dx = b.dot_general(g, w, {}, {}, {1}, {0}, f32);                               // g w: dense
+  Value q = b.arg(Type{f32, {2, 3, 5, 4}}), k = b.arg(Type{f32, {2, 3, 7, 4}});
+  Value s = b.dot_general(q, b.transpose(k, {0, 1, 3, 2}), {0, 1}, {0, 1}, {3}, {2}, f32);  // batched q k^T
+  Value odd = b.dot_general(q, k, {0, 1}, {0, 1}, {3}, {3}, f32);  // contracting both last dims: b_t as given
+  Value other = b.dot_general(b.transpose(k, {1, 0, 2, 3}), k, {0, 1}, {0, 1}, {3}, {3}, f32);  // not a swap of the last two
+  Value outer = b.dot_general(x, w, {}, {}, {}, {}, f32);  // no contracting dim: not a product the hook sees
+  b.ret({y, dw, dx, s, odd, other, outer});
+  Builder::product = saved;
+  CHECK(seen.size() == 6);
+  CHECK(seen[0].a.id == x.id && seen[0].b.id == w.id && !seen[0].a_t && seen[0].b_t);
+  CHECK(seen[1].a.id == g.id && seen[1].b.id == x.id && seen[1].a_t && !seen[1].b_t);
+  CHECK(seen[2].a.id == g.id && seen[2].b.id == w.id && !seen[2].a_t && !seen[2].b_t);
+  CHECK(seen[3].a.id == q.id && seen[3].b.id == k.id && !seen[3].a_t && seen[3].b_t);
+  CHECK(seen[4].a.id == q.id && seen[4].b.id == k.id && seen[4].b_t);
+  CHECK(seen[5].a.id != k.id && seen[5].b_t);
+  CHECK(y.dims() == hlo::Dims({8, 6}) && s.dims() == hlo::Dims({2, 3, 5, 7}) && odd.dims() == hlo::Dims({2, 3, 5, 7}));
+  const std::string text = b.module_text();
+  size_t calls = 0;
+  const std::string call = "\"nt_product\"";
+  for (size_t at = text.find(call); at != std::string::npos; at = text.find(call, at + 1)) ++calls;
+  CHECK(calls == 4);  // y, s, odd, other; dw and dx stay dots
+  CHECK(text.find("stablehlo.dot_general") != std::string::npos);
+}
+
 TEST(sine_and_cosine_are_materialized_before_wide_broadcasts) {
   // A hook that marks what it materializes (the session's own makes a host kernel's copy on XLA:CPU)
   auto saved = Builder::materialize;

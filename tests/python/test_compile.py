@@ -437,6 +437,44 @@ def test_rotary_cos_and_sin_are_computed_once_per_element(tmp_path):
     assert optimized[0].count('custom_call_target="torch_pjrt_copy"') == 2  # the cos and the sin
 
 
+def test_linear_layers_products_go_to_the_host_kernel(tmp_path):
+    """A compiled linear layer's forward and backward on XLA:CPU: every product goes to the host kernel of
+    matrix products, the weight read as stored (x w^T: the "nt" form), the input's gradient g w ("nn") and
+    the weight's g^T x ("tn", the transposes folded into the call, none copied), and no dot is left; the
+    gradients are the CPU's. The optimized programs are read from XLA's dump in a child process, with a
+    program cache of its own so that they compile."""
+    import os
+    import subprocess
+
+    code = (
+        "import torch, torch_pjrt\n"
+        "torch.manual_seed(0)\n"
+        "net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.SiLU(), torch.nn.Linear(128, 32))\n"
+        "x = torch.randn(256, 64)\n"
+        "def grads(model, x):\n"
+        "    model(x).square().mean().backward()\n"
+        "    return [p.grad.cpu() for p in model.parameters()]\n"
+        "cpu = grads(net, x)\n"
+        "net.zero_grad()\n"
+        "tpu = grads(torch.compile(net.to('tpu'), backend='tpu'), x.to('tpu'))\n"
+        "for t, c in zip(tpu, cpu):\n"
+        "    torch.testing.assert_close(t, c, rtol=1e-4, atol=1e-6)\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, TORCH_PJRT_CACHE_DIR=str(tmp_path / "cache"),
+               XLA_FLAGS=f"--xla_dump_to={tmp_path / 'dump'} --xla_dump_hlo_as_text")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    programs = {p.name: p.read_text() for p in (tmp_path / "dump").glob("*graph_*after_optimizations.txt")}
+    forward = [t for name, t in programs.items() if "forward" in name]
+    backward = [t for name, t in programs.items() if "backward" in name]
+    assert len(forward) == 1 and len(backward) == 1, list(programs)
+    calls = lambda text, form: text.count(f'custom_call_target="torch_pjrt_matmul_{form}"')  # noqa: E731
+    assert calls(forward[0], "nt") == 2 and " dot(" not in forward[0]
+    assert calls(backward[0], "tn") == 2 and calls(backward[0], "nn") == 1 and " dot(" not in backward[0]
+    assert " transpose(" not in backward[0] and "transpose_copy" not in backward[0]
+
+
 def test_mutated_inputs_are_donated_only_when_written():
     """A graph input the graph writes is donated to its program (XLA may update it in place): the runner
     swaps the new value into its storage. Run without that write-back, the program gets a copy."""

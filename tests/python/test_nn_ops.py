@@ -847,6 +847,62 @@ def test_batched_product_with_transposed_factor_matches_cpu(dtype):
             torch.testing.assert_close(got, (q.float() @ k.float().transpose(-2, -1)).to(dtype), atol=1e-2, rtol=1.6e-2)
 
 
+def as_near_as_cpu(got, cpu, exact):
+    """A float32 result from "tpu" as near the float64 result as the CPU's: within 2x of the CPU's own
+    error, plus an ulp of the largest."""
+    assert got.dtype == cpu.dtype and got.shape == cpu.shape
+    ulp = 2.0**-23 * exact.abs().max()
+    assert (got.double() - exact).abs().max() <= 2 * (cpu.double() - exact).abs().max() + ulp
+
+
+def product_close(got, x, y):
+    """... and, for a product of k terms, within the CPU's tolerance scaled by sqrt(k)."""
+    cpu = x @ y
+    as_near_as_cpu(got, cpu, x.double() @ y.double())
+    scale = (x.shape[-1] / 16) ** 0.5
+    torch.testing.assert_close(got, cpu, atol=1e-5 * scale, rtol=1.3e-6 * scale)
+
+
+@pytest.mark.parametrize("m,k,n", [(256, 64, 64), (37, 50, 70), (8, 8, 16), (100, 300, 33), (130, 600, 96),
+                                   (1000, 64, 200), (9, 17, 513), (64, 256, 128)], ids=str)
+def test_matrix_products_of_every_layout_match_cpu(m, k, n):
+    """float32 products at a small model's sizes (on XLA:CPU the host kernel of matrix products): each
+    factor dense or a transposed view (x.t(), the four layouts the kernel takes), batched (bmm, and a
+    transposed batch of matrices), rows past the last whole tile of rows, columns past the last whole panel,
+    k past one block of 256 and not a multiple of the vector width, sizes both sides of the threads'
+    threshold; and the gradients of a product with a transposed weight (a linear layer)."""
+    g = torch.Generator().manual_seed(m + k + n)
+    a, at = torch.randn(m, k, generator=g), torch.randn(k, m, generator=g)
+    b, bt = torch.randn(k, n, generator=g), torch.randn(n, k, generator=g)
+    for x, y in ((a, b), (a, bt.t()), (at.t(), b), (at.t(), bt.t())):
+        product_close((x.to("tpu") @ y.to("tpu")).cpu(), x, y)
+    xb, yb = torch.randn(3, m, k, generator=g), torch.randn(3, n, k, generator=g)
+    product_close(torch.bmm(xb.to("tpu"), yb.to("tpu").transpose(1, 2)).cpu(), xb, yb.transpose(1, 2))
+    product_close(torch.bmm(xb.to("tpu"), yb.to("tpu").mT.contiguous()).cpu(), xb, yb.mT.contiguous())
+    def grads(x, w):  # a linear layer's: x w^T, then the gradients of a loss through it
+        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+        return torch.autograd.grad((x @ w.t()).square().sum(), (x, w))
+
+    got, cpu, exact = grads(a.to("tpu"), bt.to("tpu")), grads(a, bt), grads(a.double(), bt.double())
+    as_near_as_cpu(got[0].cpu(), cpu[0], exact[0])
+    as_near_as_cpu(got[1].cpu(), cpu[1], exact[1])
+
+
+def test_matrix_products_on_the_other_kernel_paths():
+    """The products' tests again in children with the host kernels' 256-bit and portable code."""
+    import os
+    import subprocess
+    import sys
+
+    for isa in ("avx2", "portable"):
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", __file__,
+               "-k", "matrix_products_of_every_layout"]
+        out = subprocess.run(cmd, env=dict(os.environ, TORCH_PJRT_KERNEL_ISA=isa), capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, isa + ": " + out.stdout[-3000:] + out.stderr[-3000:]
+        assert " passed" in out.stdout and "failed" not in out.stdout
+
+
 def test_linear_on_the_portable_kernels():
     """The linear tests again in a child process with the host kernels' portable loops (CPUs without
     AVX2: the transpose element by element, the grouped rows without vector code)."""
