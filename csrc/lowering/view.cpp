@@ -69,52 +69,99 @@ Value view_indices(Builder& b, const ViewForm& v) {
 
 Value gather_view(Builder& b, Value flat, const ViewForm& v) { return gather_flat(b, flat, view_indices(b, v)); }
 
-// Materializes the view with slice/reshape/transpose/broadcast when its strides nest (the usual case:
-// slices, transposes, expands, narrows); returns an invalid Value when they do not.
-Value sliced_view(Builder& b, Value flat, const ViewForm& v) {
-  std::vector<int> kept;  // dims that move through memory
+// A view whose strides nest (the usual case: slices, transposes, expands, narrows) as a box of a segment
+// of the flat storage: the segment [offset, offset + span) reshaped to `shape` (the dims that move
+// through memory in stride order, each giving the next's stride, then the last's stride), of which the
+// view is the corner [0, box): it holds the `kept` dims (by decreasing stride) and a 1 at the end.
+struct Box {
+  std::vector<int> kept;
+  Dims shape, box;
+  int64_t span = 0;
+};
+
+bool box_of(const ViewForm& v, Box* out) {
+  Box& x = *out;
   for (size_t d = 0; d < v.sizes.size(); ++d) {
-    if (v.sizes[d] != 1 && v.strides[d] != 0) kept.push_back(static_cast<int>(d));
+    if (v.sizes[d] != 1 && v.strides[d] != 0) x.kept.push_back(static_cast<int>(d));
   }
-  std::stable_sort(kept.begin(), kept.end(), [&](int x, int y) { return v.strides[x] > v.strides[y]; });
-  for (size_t i = 0; i + 1 < kept.size(); ++i) {
-    int64_t s = v.strides[kept[i]], next = v.strides[kept[i + 1]];
-    if (next <= 0 || s % next != 0 || s < v.sizes[kept[i + 1]] * next) return Value{};
+  std::stable_sort(x.kept.begin(), x.kept.end(), [&](int p, int q) { return v.strides[p] > v.strides[q]; });
+  for (size_t i = 0; i + 1 < x.kept.size(); ++i) {
+    int64_t s = v.strides[x.kept[i]], next = v.strides[x.kept[i + 1]];
+    if (next <= 0 || s % next != 0 || s < v.sizes[x.kept[i + 1]] * next) return false;
   }
+  if (x.kept.empty()) return true;
+  x.span = v.sizes[x.kept[0]] * v.strides[x.kept[0]];
+  x.shape = {v.sizes[x.kept[0]]};
+  for (size_t i = 0; i + 1 < x.kept.size(); ++i) x.shape.push_back(v.strides[x.kept[i]] / v.strides[x.kept[i + 1]]);
+  x.shape.push_back(v.strides[x.kept.back()]);
+  x.box = x.shape;
+  for (size_t i = 1; i < x.kept.size(); ++i) x.box[i] = v.sizes[x.kept[i]];
+  x.box.back() = 1;
+  return true;
+}
+
+// The permutation from the kept dims' stride order to their order in the view
+Dims view_order(const std::vector<int>& kept) {
+  std::vector<int> order(kept.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int x, int y) { return kept[x] < kept[y]; });
+  return Dims(order.begin(), order.end());
+}
+
+// Materializes the view with slice/reshape/transpose/broadcast when its strides nest; returns an invalid
+// Value when they do not.
+Value sliced_view(Builder& b, Value flat, const ViewForm& v) {
+  Box x;
+  if (!box_of(v, &x)) return Value{};
   const int64_t len = flat.type.numel();
   Value core;  // the kept dims, in stride order
-  if (kept.empty()) {
+  if (x.kept.empty()) {
     if (v.offset >= len) return Value{};
     core = b.reshape(b.slice(flat, {v.offset}, {v.offset + 1}, {1}), {});
   } else {
-    int64_t span = v.sizes[kept[0]] * v.strides[kept[0]];
-    int64_t need = v.offset + span;
+    int64_t need = v.offset + x.span;
     if (need > len) flat = b.pad(flat, b.constant(0, Type{flat.elem(), {}}), {0}, {need - len}, {0});
-    Value seg = b.slice(flat, {v.offset}, {v.offset + span}, {1});
-    Dims shape{v.sizes[kept[0]]};
-    for (size_t i = 0; i + 1 < kept.size(); ++i) shape.push_back(v.strides[kept[i]] / v.strides[kept[i + 1]]);
-    shape.push_back(v.strides[kept.back()]);
-    seg = b.reshape(seg, shape);
-    Dims start(shape.size(), 0), limit = shape, step(shape.size(), 1);
-    for (size_t i = 1; i < kept.size(); ++i) limit[i] = v.sizes[kept[i]];
-    limit.back() = 1;
-    seg = b.slice(seg, start, limit, step);
+    Value seg = b.reshape(b.slice(flat, {v.offset}, {v.offset + x.span}, {1}), x.shape);
+    seg = b.slice(seg, Dims(x.shape.size(), 0), x.box, Dims(x.shape.size(), 1));
     Dims core_dims;
-    for (int d : kept) core_dims.push_back(v.sizes[d]);
-    core = b.reshape(seg, core_dims);
-    // back to the view's dim order
-    std::vector<int> order(kept.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int x, int y) { return kept[x] < kept[y]; });
-    Dims perm(order.begin(), order.end());
-    core = b.transpose(core, perm);
+    for (int d : x.kept) core_dims.push_back(v.sizes[d]);
+    core = b.transpose(b.reshape(seg, core_dims), view_order(x.kept));  // back to the view's dim order
   }
   // Reinsert size-1 dims and broadcast stride-0 dims.
   Dims bdims;
-  std::vector<int> sorted_kept = kept;
+  std::vector<int> sorted_kept = x.kept;
   std::sort(sorted_kept.begin(), sorted_kept.end());
   for (int d : sorted_kept) bdims.push_back(d);
   return b.broadcast_in_dim(core, v.sizes, bdims);
+}
+
+// flat with the view's elements replaced by `update` (shaped as the view) through the view's box: the
+// update put in the segment's corner (a dynamic_update_slice, which XLA fuses), where the view's strides
+// nest and no element repeats (no stride-0 dim of more than one element); else an invalid Value.
+Value boxed_write(Builder& b, Value flat, const ViewForm& v, Value update) {
+  Box x;
+  if (!box_of(v, &x) || x.kept.empty()) return Value{};
+  for (size_t d = 0; d < v.sizes.size(); ++d)
+    if (v.sizes[d] != 1 && v.strides[d] == 0) return Value{};
+  const int64_t len = flat.type.numel(), need = v.offset + x.span;
+  Value seg = flat;
+  if (need > len) seg = b.pad(seg, b.constant(0, Type{flat.elem(), {}}), {0}, {need - len}, {0});
+  seg = b.reshape(b.slice(seg, {v.offset}, {need}, {1}), x.shape);
+  // the update in stride order, as the box
+  const Dims order = view_order(x.kept);
+  Dims inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[order[i]] = static_cast<int64_t>(i);
+  Dims in_view_order(order.size());
+  for (size_t i = 0; i < order.size(); ++i) in_view_order[i] = v.sizes[x.kept[order[i]]];
+  Value u = b.reshape(update, in_view_order);  // the kept dims in the view's order (size-1 dims dropped)
+  u = b.reshape(b.transpose(u, inverse), x.box);
+  const Value zero = b.scalar_i(0, ElementType::kS64);
+  seg = b.reshape(b.dynamic_update_slice(seg, u, std::vector<Value>(x.shape.size(), zero)), {x.span});
+  std::vector<Value> parts;
+  if (v.offset > 0) parts.push_back(b.slice(flat, {0}, {v.offset}, {1}));
+  parts.push_back(need > len ? b.slice(seg, {0}, {len - v.offset}, {1}) : seg);
+  if (need < len) parts.push_back(b.slice(flat, {need}, {len}, {1}));
+  return b.concatenate(parts, 0);
 }
 
 // The lazy conj/neg bits of a view (both are their own inverse, so reads and writes share this).
@@ -222,8 +269,11 @@ Value write_view(Builder& b, const Value& base, const BaseForm& form, const View
   Value flat = storage_as_flat(b, base, form, view.elem);
   const int64_t n = view.numel();
   Value upd = b.reshape(update, {n});
+  Value boxed;
   if (view.contiguous()) {
     flat = b.dynamic_update_slice(flat, upd, {b.scalar_i(view.offset, ElementType::kS64)});
+  } else if ((boxed = boxed_write(b, flat, view, update)).valid()) {
+    flat = boxed;
   } else {
     Value idx = b.reshape(view_indices(b, view), {n, 1});
     hlo::ScatterDims dn{{}, {0}, {0}, 1};

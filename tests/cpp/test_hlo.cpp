@@ -131,12 +131,12 @@ TEST(view_reads_match_strided_indexing) {
     int64_t offset;
   };
   std::vector<Case> cases = {
-      {{3, 4}, {4, 1}, 0},     // the base itself
-      {{4, 3}, {1, 4}, 0},     // transpose
-      {{2, 2}, {8, 2}, 1},     // strided slice with offset
-      {{3, 4}, {0, 1}, 4},     // broadcast rows
-      {{3, 3}, {1, 1}, 2},     // overlapping windows (gather path)
-      {{2, 2}, {4, 1}, 6},     // the span runs past the end of the base (padding path)
+      {{3, 4}, {4, 1}, 0},  // the base itself
+      {{4, 3}, {1, 4}, 0},  // transpose
+      {{2, 2}, {8, 2}, 1},  // strided slice with offset
+      {{3, 4}, {0, 1}, 4},  // broadcast rows
+      {{3, 3}, {1, 1}, 2},  // overlapping windows (gather path)
+      {{2, 2}, {4, 1}, 6},  // the span runs past the end of the base (padding path)
   };
   for (const auto& k : cases) {
     Program p;
@@ -167,6 +167,55 @@ TEST(view_write_scatters_into_base) {
   auto h = iota_f(12);
   auto r = read<float>(p.run({nb}, {h.data()})[0]);
   CHECK(r[1] == -1 && r[5] == -1 && r[9] == -1 && r[0] == 0 && r[2] == 2);
+}
+
+// View writes: each view of a [4, 6] base written with distinct values, against strided indexing on the
+// host; views whose strides nest are written through their box (no scatter in the program), others by a
+// scatter.
+TEST(view_writes_match_strided_indexing) {
+  struct Case {
+    hlo::Dims sizes, strides;
+    int64_t offset;
+    bool scatter;  // expected in the program
+  };
+  std::vector<Case> cases = {
+      {{4, 3}, {6, 1}, 3, false},  // the last 3 columns (narrow at an offset)
+      {{4, 3}, {6, 1}, 0, false},  // the first 3
+      {{6, 4}, {1, 6}, 0, false},  // the transpose
+      {{2, 3}, {12, 2}, 1, false},  // every other row and column, from (0, 1)
+      {{3, 2}, {1, 12}, 7, false},  // a transposed strided slice
+      {{2, 1, 3}, {6, 5, 1}, 15, false},  // a size-1 dim between; the span runs past the end (padded)
+      {{1, 3}, {1, 1}, 20, false},  // contiguous: a dynamic_update_slice
+      {{2, 2}, {3, 2}, 1, true},  // strides that do not nest: the scatter
+  };
+  for (const auto& k : cases) {
+    Program p;
+    Value base = p.arg(ElementType::kF32, {4, 6});
+    lowering::BaseForm form{true, ElementType::kF32, {4, 6}, 96}, after;
+    lowering::ViewForm view{ElementType::kF32, k.sizes, k.strides, k.offset};
+    int64_t n = 1;
+    for (int64_t d : k.sizes) n *= d;
+    Value upd = p.b.binary("add", p.b.reshape(p.b.iota(Type{ElementType::kF32, {n}}, 0), k.sizes),
+                           p.b.constant(100, Type{ElementType::kF32, k.sizes}));
+    Value w = lowering::write_view(p.b, base, form, view, upd, &after);
+    CHECK(after.dims == (hlo::Dims{4, 6}));
+    auto h = iota_f(24);
+    std::vector<float> want = h;
+    for (int64_t i = 0; i < n; ++i) {  // element i of the view, in row-major order
+      int64_t at = k.offset, rest = i;
+      for (int64_t d = static_cast<int64_t>(k.sizes.size()) - 1; d >= 0; --d) {
+        at += rest % k.sizes[d] * k.strides[d];
+        rest /= k.sizes[d];
+      }
+      want[at] = 100.0f + static_cast<float>(i);
+    }
+    auto r = read<float>(p.run({w}, {h.data()})[0]);
+    if (r != want) std::printf("  view offset %ld differs\n", k.offset);
+    CHECK(r == want);
+    const bool scatters = p.b.module_text().find("scatter") != std::string::npos;
+    if (scatters != k.scatter) std::printf("  view offset %ld: scatter %d\n", k.offset, scatters);
+    CHECK(scatters == k.scatter);
+  }
 }
 
 TEST(view_dtype_reinterpret) {
