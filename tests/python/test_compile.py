@@ -407,15 +407,26 @@ def test_launches_without_the_dispatch_thread_match_cpu():
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
+def optimized_graph_programs(tmp_path, code):
+    """Runs `code` (which prints ok at the end) in a child process with a program cache of its own, so
+    that its compiled graphs compile, and XLA's dump on: the optimized HLO text of each graph's program,
+    by file name."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, TORCH_PJRT_CACHE_DIR=str(tmp_path / "cache"),
+               XLA_FLAGS=f"--xla_dump_to={tmp_path / 'dump'} --xla_dump_hlo_as_text")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    return {p.name: p.read_text() for p in (tmp_path / "dump").glob("*graph_*after_optimizations.txt")}
+
+
 def test_rotary_cos_and_sin_are_computed_once_per_element(tmp_path):
     """XLA:CPU's fusion would compute a cosine or sine again for every element a broadcast makes of it (a
     rotary embedding's [T, D] cos and sin, once per element of each [B, H, T, D] query): the program takes
     them through the host kernels' copy before the broadcast (hlo::Builder::materialize), and the result
     is still the CPU's. The optimized program is read from XLA's dump in a child process, with a program
     cache of its own so that it compiles."""
-    import os
-    import subprocess
-
     code = (
         "import torch, torch_pjrt\n"
         "def rotate(q, t):\n"
@@ -427,12 +438,7 @@ def test_rotary_cos_and_sin_are_computed_once_per_element(tmp_path):
         "torch.testing.assert_close(out, rotate(q, t), rtol=1e-5, atol=1e-5)\n"
         "print('ok')\n"
     )
-    env = dict(os.environ, TORCH_PJRT_CACHE_DIR=str(tmp_path / "cache"),
-               XLA_FLAGS=f"--xla_dump_to={tmp_path / 'dump'} --xla_dump_hlo_as_text")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
-    optimized = [p.read_text() for p in (tmp_path / "dump").glob("*after_optimizations.txt")
-                 if "graph" in p.name]
+    optimized = list(optimized_graph_programs(tmp_path, code).values())
     assert len(optimized) == 1
     assert optimized[0].count('custom_call_target="torch_pjrt_copy"') == 2  # the cos and the sin
 
@@ -443,9 +449,6 @@ def test_linear_layers_products_go_to_the_host_kernel(tmp_path):
     the weight's g^T x ("tn", the transposes folded into the call, none copied), and no dot is left; the
     gradients are the CPU's. The optimized programs are read from XLA's dump in a child process, with a
     program cache of its own so that they compile."""
-    import os
-    import subprocess
-
     code = (
         "import torch, torch_pjrt\n"
         "torch.manual_seed(0)\n"
@@ -461,11 +464,7 @@ def test_linear_layers_products_go_to_the_host_kernel(tmp_path):
         "    torch.testing.assert_close(t, c, rtol=1e-4, atol=1e-6)\n"
         "print('ok')\n"
     )
-    env = dict(os.environ, TORCH_PJRT_CACHE_DIR=str(tmp_path / "cache"),
-               XLA_FLAGS=f"--xla_dump_to={tmp_path / 'dump'} --xla_dump_hlo_as_text")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
-    programs = {p.name: p.read_text() for p in (tmp_path / "dump").glob("*graph_*after_optimizations.txt")}
+    programs = optimized_graph_programs(tmp_path, code)
     forward = [t for name, t in programs.items() if "forward" in name]
     backward = [t for name, t in programs.items() if "backward" in name]
     assert len(forward) == 1 and len(backward) == 1, list(programs)
