@@ -221,9 +221,9 @@ void run(const Product& p) {
 // a f32[..., M, K] (a_t: [..., K, M]), b f32[..., K, N] (b_t: [..., N, K]) -> c f32[..., M, N]
 ffi::Error* handle(ffi::CallFrame* f, bool a_t, bool b_t) {
   if (!executing(f)) return nullptr;
-  const std::string name = a_t ? (b_t ? kMatmulTT : kMatmulTN) : (b_t ? kMatmulNT : kMatmulNN);
+  const char* name = a_t ? (b_t ? kMatmulTT : kMatmulTN) : (b_t ? kMatmulNT : kMatmulNN);  // no allocation per call
   if (f->args.size != 2 || f->rets.size != 1 || f->args.types[0] != ffi::kArgBuffer || f->args.types[1] != ffi::kArgBuffer)
-    return fail(f, name + ": expected a, b and 1 result");
+    return fail(f, std::string(name) + ": expected a, b and 1 result");
   auto* a = static_cast<ffi::Buffer*>(f->args.args[0]);
   auto* b = static_cast<ffi::Buffer*>(f->args.args[1]);
   auto* c = static_cast<ffi::Buffer*>(f->rets.rets[0]);
@@ -242,7 +242,7 @@ ffi::Error* handle(ffi::CallFrame* f, bool a_t, bool b_t) {
     ok = a->dims[a_t ? rank - 1 : rank - 2] == p.m && b->dims[b_t ? rank - 2 : rank - 1] == p.n &&
          b->dims[b_t ? rank - 1 : rank - 2] == p.k;
   }
-  if (!ok) return fail(f, name + ": expected float32 a, b and result with the same batch dims and matching M, N, K");
+  if (!ok) return fail(f, std::string(name) + ": expected float32 a, b and result with the same batch dims and matching M, N, K");
   p.a = static_cast<const float*>(a->data), p.b = static_cast<const float*>(b->data), p.c = static_cast<float*>(c->data);
   p.a_t = a_t, p.b_t = b_t;
   if (p.batch == 0 || p.m == 0 || p.n == 0) return nullptr;
