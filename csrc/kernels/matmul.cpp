@@ -3,8 +3,8 @@
 //
 // Why a kernel: XLA:CPU's dot (Eigen's contraction) runs the products of a small model at a fraction of
 // what the cores do: inside a program, [256, 64] x [64, 128] took 42 us (108 GFLOP/s on two threads)
-// where this code takes 18 us on one (about 235 GFLOP/s, measured on the 2-core Xeon of our
-// benchmarks), and the tiny Llama's training step is mostly such products.
+// where this code's tile loop took 18 us on one in a standalone benchmark (about 235 GFLOP/s, on the
+// 2-core Xeon of our benchmarks), and the tiny Llama's training step is mostly such products.
 //
 // The classic register-blocked product: c is computed in tiles of R rows by P = V vectors of columns,
 // their sums held in registers while k runs; each step loads P columns of b's row k and multiplies them
@@ -12,8 +12,9 @@
 // own rows when b is [K, N] and the panel is whole, else a copy (b stored [N, K], or the last columns,
 // padded with zeros). a is read in place in either layout. Sums over k in order, in float32, one
 // multiply-add per term; k runs in blocks of kBlockK so a panel stays in the first-level cache, each
-// block's sums added to c's (blocked summation: nearer the exact sum than one running sum at large K). Work items (batch, panel, block of rows) are spread over the kernels' threads
-// when the product is large enough to pay for the hand-off.
+// block's sums added to c's (blocked summation: nearer the exact sum than one running sum at large K).
+// Work items (batch, panel, block of rows) are spread over the kernels' threads when the product is large
+// enough to pay for the hand-off.
 #include <algorithm>
 #include <string>
 #include <utility>

@@ -144,9 +144,9 @@ Value boxed_write(Builder& b, Value flat, const ViewForm& v, Value update) {
   for (size_t d = 0; d < v.sizes.size(); ++d)
     if (v.sizes[d] != 1 && v.strides[d] == 0) return Value{};
   const int64_t len = flat.type.numel(), need = v.offset + x.span;
-  Value seg = flat;
-  if (need > len) seg = b.pad(seg, b.constant(0, Type{flat.elem(), {}}), {0}, {need - len}, {0});
-  seg = b.reshape(b.slice(seg, {v.offset}, {need}, {1}), x.shape);
+  Value padded = flat;
+  if (need > len) padded = b.pad(flat, b.constant(0, Type{flat.elem(), {}}), {0}, {need - len}, {0});
+  Value seg = b.reshape(b.slice(padded, {v.offset}, {need}, {1}), x.shape);
   // the update in stride order, as the box
   const Dims order = view_order(x.kept);
   Dims inverse(order.size());
@@ -157,11 +157,8 @@ Value boxed_write(Builder& b, Value flat, const ViewForm& v, Value update) {
   u = b.reshape(b.transpose(u, inverse), x.box);
   const Value zero = b.scalar_i(0, ElementType::kS64);
   seg = b.reshape(b.dynamic_update_slice(seg, u, std::vector<Value>(x.shape.size(), zero)), {x.span});
-  std::vector<Value> parts;
-  if (v.offset > 0) parts.push_back(b.slice(flat, {0}, {v.offset}, {1}));
-  parts.push_back(need > len ? b.slice(seg, {0}, {len - v.offset}, {1}) : seg);
-  if (need < len) parts.push_back(b.slice(flat, {need}, {len}, {1}));
-  return b.concatenate(parts, 0);
+  padded = b.dynamic_update_slice(padded, seg, {b.scalar_i(v.offset, ElementType::kS64)});
+  return need > len ? b.slice(padded, {0}, {len}, {1}) : padded;
 }
 
 // The lazy conj/neg bits of a view (both are their own inverse, so reads and writes share this).
