@@ -70,6 +70,9 @@ def eager_mode(mode):
     torch_pjrt.set_eager_mode("fused" if mode == "fused" else "strict")
 
 
+MIN_SAMPLE_S = 0.25
+
+
 def steps_per_s(step, x, y, steps, sync):
     def done(out):
         if hasattr(out, "block_until_ready"):
@@ -79,9 +82,13 @@ def steps_per_s(step, x, y, steps, sync):
         sync()
 
     for _ in range(2):  # warm up: compiles, and fused eager's streams of a whole sample (compile, first run)
+        t0 = time.perf_counter()
         for _ in range(steps):
             out = step(x, y)
         done(out)
+    # a sample lasts at least MIN_SAMPLE_S: a fast step (a decode step of 0.1-0.2 ms) timed over a few
+    # milliseconds weighs the final drain and the machine's noise more than the steps
+    steps = max(steps, int(MIN_SAMPLE_S * steps / (time.perf_counter() - t0)))
     samples = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -127,14 +134,21 @@ def llama_decode_fn(model, device, mode, batch):
         logits = model(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).logits
         return logits[:, -1:].argmax(-1)
 
+    def start_at(pos):  # Transformers' StaticCache writes at its own counter, not at cache_position
+        for layer in cache.layers:
+            layer.cumulative_length.fill_(pos)
+
     fwd = compiled(next_token, mode)
     state = {"tok": torch.randint(3, 256, (batch, 1)).to(device), "pos": 16}
+    start_at(16)
 
     def step(x, y):
         pos = torch.tensor([state["pos"]], device=device)
         with torch.no_grad():
             state["tok"] = fwd(state["tok"], pos)
-        state["pos"] = 16 + (state["pos"] - 15) % 200
+        state["pos"] = 16 + (state["pos"] - 15) % 200  # positions 16..215 of the 256, over and over
+        if state["pos"] == 16:
+            start_at(16)
         return state["tok"]
 
     return step
@@ -255,8 +269,9 @@ def cold_start():
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30,
-                        help="steps per timed sample (3 samples, median; programs run asynchronously, so a short "
-                        "sample weighs the final drain more)")
+                        help="steps per timed sample at least (3 samples, median; more steps where a sample would "
+                        f"last under {MIN_SAMPLE_S} s: programs run asynchronously, so a short sample weighs the "
+                        "final drain more)")
     parser.add_argument("--cpu-threads", type=int, default=1,
                         help="torch CPU threads (1: on a shared machine, spinning OpenMP workers distort CPU eager)")
     parser.add_argument("--only", choices=["mlp", "transformer", "llama", "cold"], default=None)

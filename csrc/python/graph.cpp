@@ -2,10 +2,16 @@
 #include "aten/graph.h"
 
 #include <ATen/ScalarOps.h>
+#include <ATen/ops/as_strided.h>
+#include <ATen/ops/empty.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
+
+#include <cstring>
+
+#include "aten/storage.h"
 
 namespace py = pybind11;
 
@@ -36,9 +42,56 @@ c10::Scalar number(const py::handle& a) {
   return c10::Scalar(a.cast<double>());
 }
 
+// A compiled graph's results that are views (of its arguments or of its program's outputs), made in one
+// call: per view its sizes, strides and offset (relative: added to the base's own storage offset).
+struct Views {
+  struct Spec {
+    std::vector<int64_t> sizes, strides;
+    int64_t offset;
+    bool relative;
+  };
+  std::vector<Spec> specs;
+
+  std::vector<at::Tensor> operator()(const std::vector<at::Tensor>& bases) const {
+    TORCH_CHECK(bases.size() == specs.size(), "views: ", bases.size(), " bases for ", specs.size(), " views");
+    std::vector<at::Tensor> out;
+    out.reserve(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const Spec& s = specs[i];
+      const at::Tensor& b = bases[i];
+      out.push_back(at::as_strided(b, s.sizes, s.strides, s.relative ? b.storage_offset() + s.offset : s.offset));
+    }
+    return out;
+  }
+};
+
+// 0-d CPU tensors of one dtype (the optimizer's step counts) as one [n] tensor on a tpu device: one upload.
+at::Tensor pack_scalars(const std::vector<at::Tensor>& scalars, int device) {
+  TORCH_CHECK(!scalars.empty(), "pack_scalars: no tensors");
+  at::Tensor host = at::empty({static_cast<int64_t>(scalars.size())}, scalars[0].options());
+  const size_t item = host.element_size();
+  char* dst = static_cast<char*>(host.data_ptr());
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    const at::Tensor& t = scalars[i];
+    TORCH_CHECK(t.device().is_cpu() && t.dim() == 0 && t.scalar_type() == host.scalar_type(),
+                "pack_scalars: expected 0-d CPU tensors of dtype ", host.scalar_type(), ", got ", t.dim(),
+                "-d ", t.scalar_type(), " on ", t.device());
+    std::memcpy(dst + i * item, t.const_data_ptr(), item);
+  }
+  return upload(host, device);
+}
+
 }  // namespace
 
 void bind_graph(py::module_& m) {
+  py::class_<Views>(m, "_Views")
+      .def(py::init([](const std::vector<std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t, bool>>& specs) {
+        Views v;
+        for (const auto& [sizes, strides, offset, relative] : specs) v.specs.push_back({sizes, strides, offset, relative});
+        return v;
+      }))
+      .def("__call__", &Views::operator());
+  m.def("_pack_scalars", &pack_scalars);
   py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram")
       .def("run", &GraphProgram::run)
       .def("run_writing", &GraphProgram::run_writing)

@@ -620,26 +620,25 @@ class _Compiled:
     @staticmethod
     def _results_function(template):
         """The template as one generated function (args, outs, consts) -> results: the per-call work of
-        a forward returning dozens of views is a few attribute calls, not a loop of Python dispatch."""
-        exprs, consts = [], []
+        a forward returning dozens of views is a few list reads and one call making every view
+        (_C._Views), not a loop of Python dispatch."""
+        exprs, consts, bases, specs = [], [], [], []
         for kind, v in template:
             if kind == "out":
                 exprs.append(f"outs[{int(v)}]")
             elif kind == "arg":
                 exprs.append(f"args[{int(v)}]")
-            elif kind == "alias":  # a view of an argument, at its offset
+            elif kind in ("alias", "view"):  # a view of an argument at its offset, or of a program output
                 i, sizes, strides, offset = v
-                sizes, strides = tuple(map(int, sizes)), tuple(map(int, strides))
-                exprs.append(f"args[{int(i)}].as_strided({sizes}, {strides}, args[{int(i)}].storage_offset() + {int(offset)})")
-            elif kind == "view":  # a view of a program output (dense, offset 0)
-                o, sizes, strides, offset = v
-                sizes, strides = tuple(map(int, sizes)), tuple(map(int, strides))
-                exprs.append(f"outs[{int(o)}].as_strided({sizes}, {strides}, {int(offset)})")
+                bases.append(f"{'args' if kind == 'alias' else 'outs'}[{int(i)}]")
+                specs.append((list(map(int, sizes)), list(map(int, strides)), int(offset), kind == "alias"))
+                exprs.append(f"views[{len(specs) - 1}]")
             else:
                 exprs.append(f"consts[{len(consts)}]")
                 consts.append(v)
-        namespace = {}
-        exec("def build(args, outs, consts):\n    return [" + ", ".join(exprs) + "]\n", namespace)
+        namespace = {"make_views": _C._Views(specs)}
+        body = f"    views = make_views([{', '.join(bases)}])\n" if specs else ""
+        exec("def build(args, outs, consts):\n" + body + "    return [" + ", ".join(exprs) + "]\n", namespace)
         return namespace["build"], consts
 
     def _const(self, t, device):
@@ -658,7 +657,7 @@ class _Compiled:
         else:
             tensors = [
                 args[v] if kind == "arg"
-                else torch.stack([args[i] for i in v]).to(device) if kind == "pack"
+                else _C._pack_scalars([args[i] for i in v], _index(device)) if kind == "pack"
                 else self._const(v, device)
                 for kind, v in self.inputs
             ]
@@ -680,6 +679,10 @@ class _Compiled:
             return outs[0] if self.single else outs[: len(self.outs)]
         result = self._build(args, outs, self._build_consts)
         return result[0] if self.single else result
+
+
+def _index(device):
+    return device.index if device.index is not None else _C._get_device()
 
 
 def _eager(gm, reason):
