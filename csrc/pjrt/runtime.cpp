@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -281,9 +282,27 @@ class Dispatcher {
     started_.store(true, std::memory_order_release);
   }
 
+  // How long the thread waits for the next launch before it sleeps (TORCH_PJRT_DISPATCH_SPIN_US).
+  static int64_t spin_ns() {
+    static const int64_t ns = [] {
+      const char* v = std::getenv("TORCH_PJRT_DISPATCH_SPIN_US");
+      return (v && *v ? std::atoll(v) : 100) * 1000;
+    }();
+    return ns;
+  }
+
   void loop() {
     for (;;) {
       std::pair<uint64_t, std::function<void()>> next;
+      // A launch that finds this thread asleep pays to wake it (a futex call on the launching thread, then
+      // the scheduler's latency before the program starts): wait a little for the next one first.
+      if (const int64_t spin = spin_ns(); spin > 0 && issued_.load(std::memory_order_acquire) == done_.load(std::memory_order_relaxed)) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin);
+        while (issued_.load(std::memory_order_acquire) == done_.load(std::memory_order_relaxed) && !stop_flag_.load(std::memory_order_relaxed)) {
+          for (int i = 0; i < 16; ++i) pause();
+          if (std::chrono::steady_clock::now() >= until) break;
+        }
+      }
       {
         std::unique_lock<std::mutex> lock(mu_);
         while (queue_.empty() && !stop_) {
@@ -303,12 +322,21 @@ class Dispatcher {
     }
   }
 
+  static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+
   void stop() {
     if (forked()) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
       stop_ = true;
+      stop_flag_.store(true, std::memory_order_relaxed);
     }
     work_cv_.notify_one();
     if (thread_.joinable()) thread_.join();
@@ -322,6 +350,7 @@ class Dispatcher {
   int waiters_ = 0;
   bool idle_ = false;
   bool stop_ = false;
+  std::atomic<bool> stop_flag_{false};
   std::thread thread_;
   static std::atomic<bool> started_, forked_;
 };

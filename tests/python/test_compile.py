@@ -383,9 +383,13 @@ def test_a_failed_launch_is_raised_where_its_result_is_read():
     assert g(torch.arange(4.0, device="tpu")).cpu().tolist() == [1.0, 4.0, 7.0, 10.0]
 
 
-def test_launches_without_the_dispatch_thread_match_cpu():
+@pytest.mark.parametrize("env", [{"TORCH_PJRT_DISPATCH": "0"}, {"TORCH_PJRT_DISPATCH_SPIN_US": "0"},
+                                 {"TORCH_PJRT_DISPATCH_SPIN_US": "100000"}], ids=["no-thread", "no-wait", "long-wait"])
+def test_launches_without_the_dispatch_thread_match_cpu(env):
     """TORCH_PJRT_DISPATCH=0 launches on the calling thread (how every launch went before the dispatch
-    thread): a compiled training step gives the CPU's losses there too."""
+    thread); TORCH_PJRT_DISPATCH_SPIN_US=0 lets the dispatch thread sleep as soon as its queue is empty,
+    and a long wait keeps it awake between steps (and the process still exits): a compiled
+    training step gives the CPU's losses under each."""
     import os
     import subprocess
 
@@ -400,7 +404,7 @@ def test_launches_without_the_dispatch_thread_match_cpu():
         "torch.testing.assert_close(torch.tensor(tpu), torch.tensor(cpu), rtol=1e-4, atol=0)\n"
         "print('ok')\n"
     )
-    env = dict(os.environ, TORCH_PJRT_DISPATCH="0")
+    env = dict(os.environ, **env)
     here = os.path.dirname(os.path.abspath(__file__))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
