@@ -259,11 +259,6 @@ class Dispatcher {
     return ticket;
   }
 
-  // Called by a launch on this thread: whether its program had finished when Execute returned (PJRT's
-  // CPU client runs a small program inside Execute). Only then does the thread wait awake for the next
-  // launch: a program still running on the plugin's threads would lose a core to the wait.
-  void ran(bool finished) { ran_here_ = finished; }
-
   void wait(uint64_t ticket) {
     if (done_.load(std::memory_order_acquire) >= ticket) return;
     std::unique_lock<std::mutex> lock(mu_);
@@ -300,13 +295,16 @@ class Dispatcher {
     for (;;) {
       std::pair<uint64_t, std::function<void()>> next;
       // A launch that finds this thread asleep pays to wake it (a futex call on the launching thread, then
-      // the scheduler's latency before the program starts): wait a little for the next one first.
-      if (const int64_t spin = spin_ns(); spin > 0 && ran_here_ && issued_.load(std::memory_order_acquire) == done_.load(std::memory_order_relaxed)) {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin);
-        while (issued_.load(std::memory_order_acquire) == done_.load(std::memory_order_relaxed) && !stop_flag_.load(std::memory_order_relaxed)) {
-          for (int i = 0; i < 16; ++i) pause();
-          if (std::chrono::steady_clock::now() >= until) break;
-        }
+      // the scheduler's latency before the program starts): wait a little for the next one first. The wait
+      // yields the core at every turn: a program still running on the plugin's threads (or the kernels')
+      // keeps both cores of a small machine.
+      auto idle = [this] {
+        return issued_.load(std::memory_order_acquire) == done_.load(std::memory_order_relaxed) &&
+               !stop_flag_.load(std::memory_order_relaxed);
+      };
+      if (spin_ns() > 0 && idle()) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns());
+        while (idle() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
       }
       {
         std::unique_lock<std::mutex> lock(mu_);
@@ -319,21 +317,12 @@ class Dispatcher {
         next = std::move(queue_.front());
         queue_.pop_front();
       }
-      ran_here_ = false;
       next.second();  // never throws: the task records its failure in its outputs
       next.second = nullptr;
       done_.store(next.first, std::memory_order_release);
       std::lock_guard<std::mutex> lock(mu_);
       if (waiters_) done_cv_.notify_all();
     }
-  }
-
-  static void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#else
-    std::this_thread::yield();
-#endif
   }
 
   void stop() {
@@ -357,7 +346,6 @@ class Dispatcher {
   bool idle_ = false;
   bool stop_ = false;
   std::atomic<bool> stop_flag_{false};
-  bool ran_here_ = false;  // the last launch's program had finished when its Execute returned
   std::thread thread_;
   static std::atomic<bool> started_, forked_;
 };
@@ -394,25 +382,6 @@ bool event_ready(const Plugin& plugin, abi::Event* event) {
     return true;  // an event we cannot query: the buffers' destroy waits, as it would have
   }
   return args.is_ready;
-}
-
-// Whether a buffer's value is computed (its definition event has fired); false when it cannot be asked.
-bool handle_ready(const Plugin& plugin, abi::Buffer* buffer) {
-  abi::BufferReadyEventArgs ready{};
-  ready.buffer = buffer;
-  try {
-    plugin.call(abi::kBufferReadyEvent, ready, "PJRT_Buffer_ReadyEvent");
-  } catch (...) {
-    return false;
-  }
-  bool done = event_ready(plugin, ready.event);
-  abi::EventArgs destroy{};
-  destroy.event = ready.event;
-  try {
-    plugin.call(abi::kEventDestroy, destroy, "PJRT_Event_Destroy");
-  } catch (...) {
-  }
-  return done;
 }
 
 // Frees the buffers of the runs that are done, and with `device` >= 0 those of every run on that device
@@ -735,7 +704,6 @@ std::vector<BufferPtr> Executable::dispatch(const std::shared_ptr<const Executab
       std::vector<abi::Buffer*> handles(outs.size());
       exe->launch(device, pointers(args), handles.data(), op_name);
       for (size_t i = 0; i < outs.size(); ++i) outs[i]->handle_.store(handles[i], std::memory_order_release);
-      Dispatcher::get().ran(!handles.empty() && handle_ready(exe->client_.plugin(), handles.front()));
     } catch (const Error& e) {
       failed = std::make_shared<Error>(e);
     } catch (const std::exception& e) {
