@@ -13,6 +13,7 @@ cache.
 
 import argparse
 import copy
+import gc
 import os
 import statistics
 import subprocess
@@ -81,6 +82,9 @@ def steps_per_s(step, x, y, steps, sync):
             out.detach().cpu()
         sync()
 
+    # the garbage of the modes measured before this one (models, caches, graphs in reference cycles) is
+    # collected now, not by a collection inside this mode's timed samples
+    gc.collect()
     for _ in range(2):  # warm up: compiles, and fused eager's streams of a whole sample (compile, first run)
         t0 = time.perf_counter()
         for _ in range(steps):
