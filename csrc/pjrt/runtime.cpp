@@ -300,7 +300,7 @@ class Dispatcher {
       // keeps both cores of a small machine.
       auto idle = [this] {
         return issued_.load(std::memory_order_acquire) == done_.load(std::memory_order_relaxed) &&
-               !stop_flag_.load(std::memory_order_relaxed);
+               !stop_.load(std::memory_order_relaxed);
       };
       if (spin_ns() > 0 && idle()) {
         const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns());
@@ -331,7 +331,6 @@ class Dispatcher {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
       stop_ = true;
-      stop_flag_.store(true, std::memory_order_relaxed);
     }
     work_cv_.notify_one();
     if (thread_.joinable()) thread_.join();
@@ -344,8 +343,7 @@ class Dispatcher {
   std::atomic<uint64_t> done_{0};
   int waiters_ = 0;
   bool idle_ = false;
-  bool stop_ = false;
-  std::atomic<bool> stop_flag_{false};
+  std::atomic<bool> stop_{false};  // written under mu_; read without it by the wait for the next launch
   std::thread thread_;
   static std::atomic<bool> started_, forked_;
 };

@@ -28,6 +28,7 @@ import warnings
 import torch
 
 from . import _C
+from .device import _index
 
 __all__ = ["tpu_backend"]
 
@@ -679,10 +680,6 @@ class _Compiled:
             return outs[0] if self.single else outs[: len(self.outs)]
         result = self._build(args, outs, self._build_consts)
         return result[0] if self.single else result
-
-
-def _index(device):
-    return device.index if device.index is not None else _C._get_device()
 
 
 def _eager(gm, reason):

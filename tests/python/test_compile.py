@@ -385,7 +385,7 @@ def test_a_failed_launch_is_raised_where_its_result_is_read():
 
 @pytest.mark.parametrize("env", [{"TORCH_PJRT_DISPATCH": "0"}, {"TORCH_PJRT_DISPATCH_SPIN_US": "0"},
                                  {"TORCH_PJRT_DISPATCH_SPIN_US": "100000"}], ids=["no-thread", "no-wait", "long-wait"])
-def test_launches_without_the_dispatch_thread_match_cpu(env):
+def test_every_launch_path_matches_cpu(env):
     """TORCH_PJRT_DISPATCH=0 launches on the calling thread (how every launch went before the dispatch
     thread); TORCH_PJRT_DISPATCH_SPIN_US=0 lets the dispatch thread sleep as soon as its queue is empty,
     and a long wait keeps it awake between steps (and the process still exits): a compiled
