@@ -373,8 +373,20 @@ Value Builder::broadcast_in_dim(Value a, const Dims& out_dims, const Dims& broad
   if (identity) return a;
   if (materialize && costly(a) && Type{a.elem(), out_dims}.numel() - a.type.numel() >= kMaterializeAbove)
     a = materialize(*this, a);
-  return emit("stablehlo.broadcast_in_dim", {a}, "broadcast_dimensions = " + dims_attr(broadcast_dims),
-              {Type{a.elem(), out_dims}})[0];
+  Value r = emit("stablehlo.broadcast_in_dim", {a}, "broadcast_dimensions = " + dims_attr(broadcast_dims),
+                 {Type{a.elem(), out_dims}})[0];
+  broadcast_of_[r.id] = {a, broadcast_dims};
+  return r;
+}
+
+const std::pair<Value, Dims>* Builder::broadcast_of(const Value& v) const {
+  auto it = broadcast_of_.find(v.id);
+  return it == broadcast_of_.end() ? nullptr : &it->second;
+}
+
+Value Builder::reshaped_from(const Value& v) const {
+  auto it = reshaped_of_.find(v.id);
+  return it == reshaped_of_.end() ? v : it->second;
 }
 
 Value Builder::broadcast_to(Value a, const Dims& out_dims) {

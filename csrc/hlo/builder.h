@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "pjrt/element_type.h"
@@ -147,6 +148,12 @@ class Builder {
   // once by the lowering layer (a host kernel on XLA:CPU).
   static Value (*product)(Builder&, const Product&);
 
+  // What a value was made from, for rows that read through a layout op instead of the copy XLA would
+  // write: the value a reshape (or a chain of them) made `v` from, else `v` itself; the operand and
+  // broadcast_dimensions of a broadcast_in_dim that made `v`, else nullptr.
+  Value reshaped_from(const Value& v) const;
+  const std::pair<Value, Dims>* broadcast_of(const Value& v) const;
+
  private:
   Value fresh(Type t);
   std::vector<Value> emit(const std::string& op, const std::vector<Value>& operands,
@@ -166,6 +173,7 @@ class Builder {
   // Values made by transposing the last two dims of another (Product's operands), and by reshaping
   // another (so that a view read back in its base's shape is the base itself), by value id
   std::unordered_map<int, Value> swapped_of_, reshaped_of_;
+  std::unordered_map<int, std::pair<Value, Dims>> broadcast_of_;  // by value id: (operand, broadcast dims)
 
   struct Alias {
     int group, first_id, count;

@@ -16,6 +16,7 @@
 // Dropout draws its keep-mask from the device generator (only when dropout_p > 0) and returns the
 // generator state it used as philox_seed / philox_offset; the backward rebuilds the same mask from them.
 #include <cmath>
+#include <utility>
 
 #include "kernels/kernels.h"
 #include "lowering/helpers.h"
@@ -34,8 +35,7 @@ struct Layout {
 };
 
 // Shapes from query, key and value; `scale` is the optional float argument.
-Layout layout(Ctx& c, size_t q, size_t k, size_t v, size_t scale) {
-  const Value &qv = c.t(q), &kv = c.t(k), &vv = c.t(v);
+Layout layout(Ctx& c, const Value& qv, const Value& kv, const Value& vv, size_t scale) {
   if (qv.rank() != 4 || kv.rank() != 4 || vv.rank() != 4) throw hlo::Error("attention: 4-d query, key and value only");
   Layout a;
   a.B = qv.dims()[0], a.Hq = qv.dims()[1], a.L = qv.dims()[2], a.E = qv.dims()[3];
@@ -48,6 +48,25 @@ Layout layout(Ctx& c, size_t q, size_t k, size_t v, size_t scale) {
   a.acc = accumulation_type(qv.elem());
   a.scale = c.has(scale) ? c.d(scale) : 1.0 / std::sqrt(static_cast<double>(a.E));
   return a;
+}
+
+// Key or value as repeat_kv gives them (Transformers' attention with a mask: each of H heads repeated R
+// times in a row, [B, H, S, E] broadcast to [B, H, R, S, E] and reshaped to [B, H * R, S, E]): the heads
+// before the repeat and R, else (x, 1). Query head h reads repeated head h / G, that is head h / (G * R)
+// before the repeat, which is the grouping the rows compute with; XLA would write the repeat out in full
+// (a static-cache decode step: each layer's whole key and value cache, R times).
+std::pair<Value, int64_t> unrepeated(Builder& b, const Value& x) {
+  const Value r = b.reshaped_from(x);
+  const auto* src = r.id == x.id ? nullptr : b.broadcast_of(r);
+  if (x.rank() != 4 || !src || r.rank() != 5) return {x, 1};
+  const Dims &d = x.dims(), &rd = r.dims();
+  if (rd[0] != d[0] || rd[1] * rd[2] != d[1] || rd[3] != d[2] || rd[4] != d[3]) return {x, 1};
+  const Value& from = src->first;
+  const Dims heads{rd[0], rd[1], rd[3], rd[4]};
+  if (src->second == Dims{0, 1, 3, 4} && from.dims() == heads) return {from, rd[2]};
+  if (src->second == Dims{0, 1, 2, 3, 4} && from.dims() == Dims{rd[0], rd[1], 1, rd[3], rd[4]})
+    return {b.reshape(from, heads), rd[2]};
+  return {x, 1};
 }
 
 // query as [B, Hkv, G, L, E] in the accumulation type
@@ -116,12 +135,12 @@ Value state_word(Builder& b, const Value& state, int64_t i) {
 // The host kernels' operands: the tensor arguments `tensors` in float32, params f32[2] = {scale, causal}
 // (argument `causal`), and torch's attn_mask (argument `bias`, if given) in float32, broadcast only to
 // rank 4 (sizes of 1 stay 1, keys full).
-std::vector<Value> kernel_operands(Ctx& c, const Layout& a, std::initializer_list<size_t> tensors, size_t causal,
+std::vector<Value> kernel_operands(Ctx& c, const Layout& a, std::initializer_list<Value> tensors, size_t causal,
                                    size_t bias) {
   Builder& b = c.b;
   constexpr ElementType f32 = ElementType::kF32;
   std::vector<Value> operands;
-  for (size_t i : tensors) operands.push_back(b.convert(c.t(i), f32));
+  for (const Value& t : tensors) operands.push_back(b.convert(t, f32));
   operands.push_back(const_float(b, {a.scale, c.i(causal) != 0 ? 1.0 : 0.0}, f32));
   if (!c.has(bias)) return operands;
   const Value& m = c.t(bias);
@@ -143,10 +162,10 @@ std::vector<Value> kernel_operands(Ctx& c, const Layout& a, std::initializer_lis
 // passes over the scores and each head's small products apart). The bias goes in as torch gives it,
 // broadcast only to rank 4. A decoding step's query row keeps the lowering, whose small softmax XLA fuses
 // well (a custom call made the tiny Llama's compiled decode at batch 8 30-60 us slower).
-V forward_kernel(Ctx& c, const Layout& a) {
+V forward_kernel(Ctx& c, const Layout& a, const Value& k, const Value& v) {
   Builder& b = c.b;
   constexpr ElementType f32 = ElementType::kF32;
-  auto r = b.custom_call(kernels::kAttention, kernel_operands(c, a, {0, 1, 2}, 5, 3),
+  auto r = b.custom_call(kernels::kAttention, kernel_operands(c, a, {c.t(0), k, v}, 5, 3),
                          {Type{f32, {a.B, a.Hq, a.L, a.Ev}}, Type{f32, {a.B, a.Hq, a.L}}});
   Value zero = b.constant_i(0, Type{ElementType::kS64, {}});
   return V{b.convert(r[0], a.acc), r[1], Value{}, Value{}, zero, zero, Value{}};
@@ -157,11 +176,16 @@ V forward_kernel(Ctx& c, const Layout& a) {
 // philox_offset, debug_attn_mask)
 V forward(Ctx& c) {
   Builder& b = c.b;
-  const Layout a = layout(c, 0, 1, 2, 7);
+  // key and value repeated by repeat_kv are read before the repeat, when both are, by the same factor
+  auto [key, rk] = unrepeated(b, c.t(1));
+  auto [value, rv] = unrepeated(b, c.t(2));
+  if (rk != rv) key = c.t(1), value = c.t(2);
+  const Layout a = layout(c, c.t(0), key, value, 7);
   const double dropout = c.d(4);
-  if (dropout == 0 && a.acc == ElementType::kF32 && a.L >= 16 && host_kernels()) return forward_kernel(c, a);
+  if (dropout == 0 && a.acc == ElementType::kF32 && a.L >= 16 && host_kernels())
+    return forward_kernel(c, a, key, value);
   Value q5 = grouped(b, c.t(0), a, a.E);
-  Value s = scores(c, a, q5, c.t(1), 3, c.i(5) != 0);
+  Value s = scores(c, a, q5, key, 3, c.i(5) != 0);
   auto [p, lse] = softmax(b, s, a);
 
   Value keep, seed = b.constant_i(0, Type{ElementType::kS64, {}}), offset = seed;
@@ -172,7 +196,7 @@ V forward(Ctx& c) {
     seed = state_word(b, state, 0);
     offset = state_word(b, state, 1);
   }
-  Value v = b.convert(c.t(2), a.acc);
+  Value v = b.convert(value, a.acc);
   Value out = b.dot_general(dropped(b, p, keep, dropout), v, {0, 1}, {0, 1}, {4}, {2}, a.acc);
   return V{ungrouped(b, out, a, a.Ev), b.reshape(lse, {a.B, a.Hq, a.L}), Value{}, Value{}, seed, offset, Value{}};
 }
@@ -196,7 +220,7 @@ Value reduce_to(Builder& b, Value g, const Dims& target) {
 V backward_kernel(Ctx& c, const Layout& a) {
   Builder& b = c.b;
   constexpr ElementType f32 = ElementType::kF32;
-  auto r = b.custom_call(kernels::kAttentionBackward, kernel_operands(c, a, {1, 2, 3, 0}, 13, 4),
+  auto r = b.custom_call(kernels::kAttentionBackward, kernel_operands(c, a, {c.t(1), c.t(2), c.t(3), c.t(0)}, 13, 4),
                          {Type{f32, {a.B, a.Hq, a.L, a.E}}, Type{f32, {a.B, a.Hkv, a.S, a.E}},
                           Type{f32, {a.B, a.Hkv, a.S, a.Ev}}});
   V grads(4);
@@ -207,7 +231,7 @@ V backward_kernel(Ctx& c, const Layout& a) {
 
 V backward(Ctx& c) {
   Builder& b = c.b;
-  const Layout a = layout(c, 1, 2, 3, 16);
+  const Layout a = layout(c, c.t(1), c.t(2), c.t(3), 16);
   const double dropout = c.d(12);
   if (dropout == 0 && !c.wanted(3) && a.acc == ElementType::kF32 && a.L >= 16 && host_kernels())
     return backward_kernel(c, a);

@@ -562,3 +562,47 @@ def test_tiny_llama_static_cache_generate_matches_cpu(explicit, monkeypatch):
     assert torch.equal(out.cpu(), ref)
     assert torch_pjrt.dynamo.stats["graphs_lowered"] > before["graphs_lowered"]
     assert torch_pjrt.dynamo.stats["graphs_eager"] == before["graphs_eager"]
+
+
+def test_repeated_keys_and_values_are_read_before_the_repeat(tmp_path):
+    """Transformers' attention with a mask (a static-cache decode step) repeats each key/value head for
+    its query heads (repeat_kv: a broadcast and a reshape) before scaled_dot_product_attention; in one
+    program the attention row reads the heads before the repeat, so no repeated copy of the keys and values
+    is written (XLA wrote out each layer's whole cache, twice for the tiny Llama). Query rows of a decode
+    step (the lowering) and of a prompt (the host kernel), compiled and under fused eager, give the CPU's
+    result; so do a tiling (`repeat`, another head order) and a key repeated with a value that is not,
+    which keep the copy. The optimized programs are read from XLA's dump in a child process."""
+    code = (
+        "import torch, torch_pjrt\n"
+        "import torch.nn.functional as F\n"
+        "def repeat_kv(x, n):\n"
+        "    b, h, s, d = x.shape\n"
+        "    return x[:, :, None].expand(b, h, n, s, d).reshape(b, h * n, s, d)\n"
+        "def attend(q, k, v, mask):\n"
+        "    return F.scaled_dot_product_attention(q, repeat_kv(k, 2), repeat_kv(v, 2), attn_mask=mask)\n"
+        "def tiled(q, k, v, mask):\n"
+        "    return F.scaled_dot_product_attention(q, k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1), attn_mask=mask)\n"
+        "def key_only(q, k, v, mask):\n"
+        "    return F.scaled_dot_product_attention(q, repeat_kv(k, 2), v, attn_mask=mask)\n"
+        "torch.manual_seed(0)\n"
+        "for fn, L, hv in ((attend, 1, 2), (attend, 20, 2), (tiled, 1, 2), (key_only, 1, 4)):\n"
+        "    q, k, v = torch.randn(3, 4, L, 16), torch.randn(3, 2, 40, 16), torch.randn(3, hv, 40, 16)\n"
+        "    mask = torch.randn(3, 1, L, 40)\n"
+        "    args = [t.to('tpu') for t in (q, k, v, mask)]\n"
+        "    want = fn(q, k, v, mask)\n"
+        "    got = torch.compile(fn, backend='tpu', dynamic=False)(*args).cpu()\n"
+        "    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)\n"
+        "    with torch_pjrt.fused():\n"
+        "        got = fn(*args).cpu()\n"
+        "    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)\n"
+        "    torch._dynamo.reset()\n"
+        "print('ok')\n"
+    )
+    programs = optimized_graph_programs(tmp_path, code)
+    assert len(programs) == 4, list(programs)
+    # in dump order: attend at 1 and 20 query rows, then tiled, then key_only
+    texts = [programs[name] for name in sorted(programs)]
+    for text in texts[:2]:
+        assert "f32[3,4,40,16]" not in text and "f32[3,2,2,40,16]" not in text
+    for text in texts[2:]:  # these keep a repeated copy: the check above can fail
+        assert "f32[3,4,40,16]" in text or "f32[3,2,2,40,16]" in text
