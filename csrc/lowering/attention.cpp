@@ -62,10 +62,7 @@ std::pair<Value, int64_t> unrepeated(Builder& b, const Value& x) {
   const Dims &d = x.dims(), &rd = r.dims();
   if (rd[0] != d[0] || rd[1] * rd[2] != d[1] || rd[3] != d[2] || rd[4] != d[3]) return {x, 1};
   const Value& from = src->first;
-  const Dims heads{rd[0], rd[1], rd[3], rd[4]};
-  if (src->second == Dims{0, 1, 3, 4} && from.dims() == heads) return {from, rd[2]};
-  if (src->second == Dims{0, 1, 2, 3, 4} && from.dims() == Dims{rd[0], rd[1], 1, rd[3], rd[4]})
-    return {b.reshape(from, heads), rd[2]};
+  if (src->second == Dims{0, 1, 3, 4} && from.dims() == Dims{rd[0], rd[1], rd[3], rd[4]}) return {from, rd[2]};
   return {x, 1};
 }
 
