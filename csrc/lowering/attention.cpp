@@ -173,12 +173,13 @@ V forward_kernel(Ctx& c, const Layout& a, const Value& k, const Value& v) {
 // philox_offset, debug_attn_mask)
 V forward(Ctx& c) {
   Builder& b = c.b;
-  // key and value repeated by repeat_kv are read before the repeat, when both are, by the same factor
+  const double dropout = c.d(4);
+  // key and value repeated by repeat_kv are read before the repeat, when both are, by the same factor, and
+  // without dropout (the backward, which sees the repeated key, draws the keep-mask in its own layout)
   auto [key, rk] = unrepeated(b, c.t(1));
   auto [value, rv] = unrepeated(b, c.t(2));
-  if (rk != rv) key = c.t(1), value = c.t(2);
+  if (rk != rv || dropout != 0) key = c.t(1), value = c.t(2);
   const Layout a = layout(c, c.t(0), key, value, 7);
-  const double dropout = c.d(4);
   if (dropout == 0 && a.acc == ElementType::kF32 && a.L >= 16 && host_kernels())
     return forward_kernel(c, a, key, value);
   Value q5 = grouped(b, c.t(0), a, a.E);
