@@ -36,6 +36,8 @@ ffi::Error* matmul_tt(ffi::CallFrame* f);
 // ragged_dot.cpp
 ffi::Error* ragged_rows_nt(ffi::CallFrame* f);
 ffi::Error* ragged_rows_nn(ffi::CallFrame* f);
+// reduce.cpp
+ffi::Error* sum_middle(ffi::CallFrame* f);
 // scan.cpp
 ffi::Error* cumsum(ffi::CallFrame* f);
 ffi::Error* cumprod(ffi::CallFrame* f);

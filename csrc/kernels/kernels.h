@@ -39,6 +39,10 @@ inline constexpr const char* kSortedPrefixAscending = "torch_pjrt_sorted_prefix_
 inline constexpr const char* kCumsum = "torch_pjrt_cumsum";
 inline constexpr const char* kCumprod = "torch_pjrt_cumprod";
 
+// y f32[outer, inner] = x f32[outer, n, inner] summed along n (a sum over a run of adjacent dims): each
+// sum in index order within a vector lane, float32 within blocks of rows whose sums add in double.
+inline constexpr const char* kSumMiddle = "torch_pjrt_sum_middle";
+
 // y[B, C, R] = x[B, R, C] with each matrix transposed, for element types of 2, 4 or 8 bytes (complex64
 // included; not bool, 1-byte integers or complex128).
 inline constexpr const char* kTranspose = "torch_pjrt_transpose";

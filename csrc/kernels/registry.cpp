@@ -18,6 +18,7 @@ bool register_host_kernels(const pjrt::Plugin& plugin, std::string* why) {
       {kSortedPrefixAscending, sorted_prefix_ascending},
       {kCumsum, cumsum},
       {kCumprod, cumprod},
+      {kSumMiddle, sum_middle},
       {kTranspose, transpose},
       {kCopy, copy},
       {kAttention, attention},

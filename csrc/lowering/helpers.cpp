@@ -2,6 +2,7 @@
 
 #include "kernels/kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -189,7 +190,32 @@ Value highest(Builder& b, ElementType t) {
   return b.scalar_i(bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1, t);
 }
 
+namespace {
+// A float32 sum over a run of adjacent dims on XLA:CPU: the host kernel's (kernels/reduce.cpp), which
+// vectorizes what XLA's reduction emits as scalar code. Small sums (under 4096 elements) stay with XLA,
+// which fuses them into their neighbours.
+Value host_sum(Builder& b, const Value& x, const Dims& dims) {
+  if (!host_kernels() || x.elem() != ElementType::kF32 || dims.empty() || x.type.numel() < 4096) return {};
+  Dims sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i] != sorted[i - 1] + 1) return {};
+  int64_t outer = 1, n = 1, inner = 1;
+  Dims out;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    const int64_t d = x.dims()[i];
+    if (i < sorted.front()) outer *= d, out.push_back(d);
+    else if (i <= sorted.back()) n *= d;
+    else inner *= d, out.push_back(d);
+  }
+  Value y = b.custom_call(kernels::kSumMiddle, {b.reshape(x, {outer, n, inner})},
+                          {Type{ElementType::kF32, {outer, inner}}})[0];
+  return b.reshape(y, out);
+}
+}  // namespace
+
 Value reduce_sum(Builder& b, Value x, const Dims& dims) {
+  if (Value v = host_sum(b, x, dims); v.valid()) return v;
   return reduce(b, x, dims, "add", b.constant(0, Type{x.elem(), {}}));
 }
 

@@ -35,3 +35,19 @@ def check(fn, *args, **tol):
     got = fn(*to_device(args, "tpu"))
     assert_same(got, expected, **tol)
     return got
+
+
+def on_the_other_kernel_paths(path, tests):
+    """Runs the tests of the file at `path` matching `tests` (a -k expression) in children with the host
+    kernels' 256-bit and portable code."""
+    import os
+    import subprocess
+    import sys
+
+    for isa in ("avx2", "portable"):
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", path,
+               "-k", tests]
+        out = subprocess.run(cmd, env=dict(os.environ, TORCH_PJRT_KERNEL_ISA=isa), capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, isa + ": " + out.stdout[-3000:] + out.stderr[-3000:]
+        assert " passed" in out.stdout and "failed" not in out.stdout

@@ -478,6 +478,39 @@ def test_linear_layers_products_go_to_the_host_kernel(tmp_path):
     assert " transpose(" not in backward[0] and "transpose_copy" not in backward[0]
 
 
+def test_norm_and_bias_gradients_are_summed_by_the_host_kernel(tmp_path):
+    """XLA:CPU emits a float32 reduction as scalar code; a sum over a run of adjacent dims goes to the
+    host kernel (kernels/reduce.cpp) instead: an RMSNorm's mean of squares (a row sum), its weight's
+    gradient and a linear layer's bias gradient (column sums over the batch and token dims). Gradients
+    against the CPU; the optimized programs (XLA's dump) hold those sums as the kernel's calls."""
+    code = (
+        "import torch, torch_pjrt\n"
+        "torch.manual_seed(0)\n"
+        "norm, lin = torch.nn.RMSNorm(64), torch.nn.Linear(64, 32)\n"
+        "with torch.no_grad(): norm.weight.uniform_(0.5, 1.5)\n"
+        "x = torch.randn(8, 32, 64)\n"
+        "def grads(norm, lin, x):\n"
+        "    lin(norm(x)).square().mean().backward()\n"
+        "    return [p.grad.cpu() for p in (*norm.parameters(), *lin.parameters())]\n"
+        "cpu = grads(norm, lin, x)\n"
+        "norm.zero_grad(); lin.zero_grad()\n"
+        "f = torch.compile(lambda x: lin(norm(x)), backend='tpu')\n"
+        "norm.to('tpu'); lin.to('tpu')\n"
+        "f(x.to('tpu')).square().mean().backward()\n"
+        "tpu = [p.grad.cpu() for p in (*norm.parameters(), *lin.parameters())]\n"
+        "for t, c in zip(tpu, cpu):\n"
+        "    torch.testing.assert_close(t, c, rtol=1e-4, atol=1e-6)\n"
+        "print('ok')\n"
+    )
+    programs = optimized_graph_programs(tmp_path, code)
+    forward = [t for name, t in programs.items() if "forward" in name]
+    backward = [t for name, t in programs.items() if "backward" in name]
+    assert len(forward) == 1 and len(backward) == 1, list(programs)
+    calls = lambda text: text.count('custom_call_target="torch_pjrt_sum_middle"')  # noqa: E731
+    assert calls(forward[0]) >= 1  # the mean of squares
+    assert calls(backward[0]) >= 2  # the norm's weight and the bias (and the norm's input gradient)
+
+
 def test_mutated_inputs_are_donated_only_when_written():
     """A graph input the graph writes is donated to its program (XLA may update it in place): the runner
     swaps the new value into its storage. Run without that write-back, the program gets a copy."""

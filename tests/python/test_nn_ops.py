@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compare import assert_same, check, to_device
+from compare import assert_same, check, on_the_other_kernel_paths, to_device
 
 
 def grad_check(fn, *args, seed=0, f32_grad_reference=False, **tol):
@@ -654,25 +654,9 @@ def test_softmax_rows_match_cpu(fn, shape):
     grad_check(lambda t: fn(t, 0), randn(5, 3, seed=17))  # not the last dim: the lowering
 
 
-def on_the_other_kernel_paths(tests):
-    """Runs this file's tests matching `tests` (a -k expression) in children with the host kernels' 256-bit
-    and portable code."""
-    import os
-    import subprocess
-    import sys
-
-    for isa in ("avx2", "portable"):
-        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", __file__,
-               "-k", tests]
-        out = subprocess.run(cmd, env=dict(os.environ, TORCH_PJRT_KERNEL_ISA=isa), capture_output=True, text=True,
-                             timeout=600)
-        assert out.returncode == 0, isa + ": " + out.stdout[-3000:] + out.stderr[-3000:]
-        assert " passed" in out.stdout and "failed" not in out.stdout
-
-
 def test_softmax_rows_on_the_other_kernel_paths():
     """The softmax row tests again in children with the host kernels' 256-bit and portable code."""
-    on_the_other_kernel_paths("softmax_rows_match_cpu")
+    on_the_other_kernel_paths(__file__, "softmax_rows_match_cpu")
 
 
 def test_histogramdd_matches_cpu(fallback_policy):
@@ -896,7 +880,7 @@ def test_matrix_products_of_every_layout_match_cpu(m, k, n):
 
 def test_matrix_products_on_the_other_kernel_paths():
     """The products' tests again in children with the host kernels' 256-bit and portable code."""
-    on_the_other_kernel_paths("matrix_products_of_every_layout")
+    on_the_other_kernel_paths(__file__, "matrix_products_of_every_layout")
 
 
 def test_linear_on_the_portable_kernels():

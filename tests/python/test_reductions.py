@@ -6,7 +6,7 @@ index wins), ties (the first index), infinities, signed zeros, rows of one repea
 import pytest
 import torch
 
-from compare import check
+from compare import check, on_the_other_kernel_paths
 
 NAN, INF = float("nan"), float("inf")
 
@@ -92,6 +92,32 @@ def test_running_sums_and_products_match_cpu(op, dtype):
     if dtype == torch.int64:
         big = torch.tensor([2**62, 2**62, 2**62, -5], dtype=torch.int64)  # wraps around, as on the CPU
         check(lambda t: f(t, 0), big)
+
+
+# float32 sums over a run of adjacent dims of 4096 elements or more go to the host kernel (kernels/reduce.cpp):
+# columns (leading dims), rows (trailing), middle dims, everything; rows longer than its float32 blocks (16384
+# lanes' worth), more rows than a block (1024), more columns than a work item (256) with a ragged tail, a
+# sum large enough to be spread over the kernels' threads; and beside them sums that stay with XLA (dims not
+# adjacent, under 4096 elements, float64)
+_SUMS = [((8, 32, 64), (0, 1)), ((8, 32, 64), (-1,)), ((8, 32, 64), (1,)), ((8, 32, 64), None),
+         ((3, 70001), (1,)), ((5003, 3), (0,)), ((2, 3, 40, 50), (1, 2)), ((300, 1000), (0,)),
+         ((17, 33, 129), (2,)), ((4, 70000, 5), (1,)), ((2, 3, 40, 50), (0, 2)), ((30, 40), (0,))]
+
+
+@pytest.mark.parametrize("shape, dims", _SUMS, ids=[f"{s}-{d}" for s, d in _SUMS])
+def test_float32_sums_match_cpu(shape, dims):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(shape, generator=g) * 3
+    check(lambda t: t.sum(dims) if dims else t.sum(), x, rtol=1e-5, atol=1e-4)
+    check(lambda t: t.mean(dims) if dims else t.mean(), x, rtol=1e-5, atol=1e-5)
+    flat = x.reshape(-1).clone()
+    flat[7], flat[-3], flat[len(flat) // 2] = NAN, INF, -INF  # NaN and both infinities reach some sums
+    check(lambda t: t.reshape(shape).sum(dims) if dims else t.sum(), flat, rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+def test_float32_sums_on_the_other_kernel_paths():
+    """The sum tests again in children with the host kernels' 256-bit and portable code."""
+    on_the_other_kernel_paths(__file__, "float32_sums_match_cpu")
 
 
 def test_cumsum_of_float32_is_the_cpus_to_the_bit():
