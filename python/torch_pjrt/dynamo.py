@@ -473,7 +473,8 @@ class _Lowering:
 
     def host_program(self):
         """(GraphModule computing the host writes' values, the argument indices of its inputs, those of
-        the written arguments), or None without host writes."""
+        the written arguments, the in-place add's (argument indices, number) where the writes are the
+        optimizer's `step += 1`, else None), or None without host writes."""
         if not self.host_writes:
             return None
         g, env, arg_indices = torch.fx.Graph(), {}, []
@@ -489,9 +490,14 @@ class _Lowering:
                 g.call_function(inplace[1], torch.fx.node.map_arg(n.args, lambda a: env[a]), dict(n.kwargs))
         if inplace is not None:  # the op wrote the arguments: nothing to copy back
             g.output([])
-            return torch.fx.GraphModule(self.gm, g), arg_indices, []
+            node, op = inplace
+            add = None  # `step += 1`: the arguments (in the op's order) and the number, for _C._add_scalars_
+            if op is torch.ops.aten._foreach_add_.Scalar and isinstance(node.args[1], (int, float)) \
+                    and not isinstance(node.args[1], bool) and len(node.args) == 2 and not node.kwargs:
+                add = ([self.placeholders[a] for a in node.args[0]], float(node.args[1]))
+            return torch.fx.GraphModule(self.gm, g), arg_indices, [], add
         g.output([env[src] for _, src in self.host_writes])
-        return torch.fx.GraphModule(self.gm, g), arg_indices, [index for index, _ in self.host_writes]
+        return torch.fx.GraphModule(self.gm, g), arg_indices, [index for index, _ in self.host_writes], None
 
     def host_inplace(self, cone):
         """(node, in-place overload) when the host writes are one out-of-place _foreach_ op whose results
@@ -672,10 +678,11 @@ class _Compiled:
             with torch.no_grad():
                 args[index].copy_(outs[o])
         if self.host is not None:
-            fn, inputs, indices = self.host
-            with torch.no_grad():
-                for index, v in zip(indices, fn(*[args[i] for i in inputs])):
-                    args[index].copy_(v)
+            fn, inputs, indices, add = self.host
+            if add is None or not _C._add_scalars_([args[i] for i in add[0]], add[1]):
+                with torch.no_grad():
+                    for index, v in zip(indices, fn(*[args[i] for i in inputs])):
+                        args[index].copy_(v)
         if self.all_out:
             return outs[0] if self.single else outs[: len(self.outs)]
         result = self._build(args, outs, self._build_consts)

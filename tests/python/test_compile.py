@@ -105,13 +105,19 @@ def test_input_mutations_are_written_back():
     torch.testing.assert_close(tb.cpu(), b)
 
 
-def test_cpu_scalars_a_graph_counts_up_are_updated_on_the_host():
+def test_cpu_scalars_a_graph_counts_up_are_updated_on_the_host(monkeypatch):
     """0-d CPU tensors a graph updates (an optimizer's step counts) are updated on the CPU, as in eager:
-    one in-place _foreach_ call when that is all (AdamW's steps), the graph's own ops otherwise; the
-    tpu results use the updated values, as on the CPU."""
+    `steps += 1` alone (AdamW's steps) in place by _C._add_scalars_ (float32, float64, int64), one in-place
+    _foreach_ call for another such op, the graph's own ops otherwise; the tpu results use the updated
+    values, as on the CPU, and every update bumps the tensors' versions."""
+    from torch_pjrt import _C
 
     def counts(x, steps):
         torch._foreach_add_(steps, 1)
+        return x * steps[0] + steps[2]
+
+    def halves(x, steps):
+        torch._foreach_mul_(steps, 0.5)
         return x * steps[0] + steps[2]
 
     def mixed(x, steps, c):
@@ -119,19 +125,45 @@ def test_cpu_scalars_a_graph_counts_up_are_updated_on_the_host():
         c.mul_(3)
         return x * steps[1] - c
 
+    fast = []
+    add_scalars = _C._add_scalars_
+    monkeypatch.setattr(_C, "_add_scalars_", lambda ts, v: fast.append(add_scalars(ts, v)) or fast[-1])
     x = torch.randn(4)
-    for fn, extra in ((counts, []), (mixed, [torch.tensor(2.0)])):
+    cases = [(counts, [], torch.float32, True), (counts, [], torch.float64, True), (counts, [], torch.int64, True),
+             (halves, [], torch.float32, False), (mixed, [torch.tensor(2.0)], torch.float32, False)]
+    for fn, extra, dtype, in_place in cases:
         torch._dynamo.reset()
-        cpu_steps = [torch.tensor(float(k)) for k in range(3)]
+        fast.clear()
+        cpu_steps = [torch.tensor(k, dtype=dtype) for k in range(3)]
         tpu_steps = [t.clone() for t in cpu_steps]
         cpu_extra, tpu_extra = [t.clone() for t in extra], [t.clone() for t in extra]
         g = torch.compile(fn, backend="tpu")
+        versions = [t._version for t in tpu_steps]
         for _ in range(3):
             want = fn(x, cpu_steps, *cpu_extra)
             got = g(x.to("tpu"), tpu_steps, *tpu_extra)
             torch.testing.assert_close(got.cpu(), want)
         for a, b in zip(tpu_steps + tpu_extra, cpu_steps + cpu_extra):
-            assert a.device.type == "cpu" and a.item() == b.item()
+            assert a.device.type == "cpu" and a.dtype == b.dtype and a.item() == b.item()
+        assert all(t._version >= v + 3 for t, v in zip(tpu_steps, versions))
+        assert (fast == [True] * 3) if in_place else not fast, (fn.__name__, dtype, fast)
+
+
+def test_add_scalars_refuses_what_it_cannot_add_in_place():
+    """_C._add_scalars_ adds only to 0-d CPU float32/float64/int64 tensors without grad (a whole number for
+    int64); given anything else in the list it touches none of them and says so (the op runs instead)."""
+    from torch_pjrt import _C
+
+    ok = [torch.tensor(1.5), torch.tensor(2.0, dtype=torch.float64), torch.tensor(3)]
+    assert _C._add_scalars_(ok, 2.0) and [t.item() for t in ok] == [3.5, 4.0, 5]
+    with torch.inference_mode():
+        inference = torch.tensor(1.0)
+    for bad, value in ((torch.tensor([1.0]), 1.0), (torch.tensor(1.0, device="tpu"), 1.0),
+                       (torch.tensor(1, dtype=torch.int32), 1.0), (torch.tensor(1.0, requires_grad=True), 1.0),
+                       (torch.tensor(4), 0.5), (inference, 1.0), (torch.tensor(True), 1.0)):
+        before = [t.clone() for t in ok]
+        assert not _C._add_scalars_(ok + [bad], value), bad
+        assert all(torch.equal(a, b) for a, b in zip(ok, before))
 
 
 def test_batch_norm_running_stats_land():
