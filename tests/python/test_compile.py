@@ -457,6 +457,16 @@ def optimized_graph_programs(tmp_path, code):
     return {p.name: p.read_text() for p in (tmp_path / "dump").glob("*graph_*after_optimizations.txt")}
 
 
+def forward_and_backward_programs(tmp_path, code):
+    """The optimized HLO text of the one forward and the one backward graph program `code` compiles (see
+    optimized_graph_programs)."""
+    programs = optimized_graph_programs(tmp_path, code)
+    forward = [t for name, t in programs.items() if "forward" in name]
+    backward = [t for name, t in programs.items() if "backward" in name]
+    assert len(forward) == 1 and len(backward) == 1, list(programs)
+    return forward[0], backward[0]
+
+
 def test_rotary_cos_and_sin_are_computed_once_per_element(tmp_path):
     """XLA:CPU's fusion would compute a cosine or sine again for every element a broadcast makes of it (a
     rotary embedding's [T, D] cos and sin, once per element of each [B, H, T, D] query): the program takes
@@ -500,14 +510,11 @@ def test_linear_layers_products_go_to_the_host_kernel(tmp_path):
         "    torch.testing.assert_close(t, c, rtol=1e-4, atol=1e-6)\n"
         "print('ok')\n"
     )
-    programs = optimized_graph_programs(tmp_path, code)
-    forward = [t for name, t in programs.items() if "forward" in name]
-    backward = [t for name, t in programs.items() if "backward" in name]
-    assert len(forward) == 1 and len(backward) == 1, list(programs)
+    forward, backward = forward_and_backward_programs(tmp_path, code)
     calls = lambda text, form: text.count(f'custom_call_target="torch_pjrt_matmul_{form}"')  # noqa: E731
-    assert calls(forward[0], "nt") == 2 and " dot(" not in forward[0]
-    assert calls(backward[0], "tn") == 2 and calls(backward[0], "nn") == 1 and " dot(" not in backward[0]
-    assert " transpose(" not in backward[0] and "transpose_copy" not in backward[0]
+    assert calls(forward, "nt") == 2 and " dot(" not in forward
+    assert calls(backward, "tn") == 2 and calls(backward, "nn") == 1 and " dot(" not in backward
+    assert " transpose(" not in backward and "transpose_copy" not in backward
 
 
 def test_norm_and_bias_gradients_are_summed_by_the_host_kernel(tmp_path):
@@ -534,13 +541,10 @@ def test_norm_and_bias_gradients_are_summed_by_the_host_kernel(tmp_path):
         "    torch.testing.assert_close(t, c, rtol=1e-4, atol=1e-6)\n"
         "print('ok')\n"
     )
-    programs = optimized_graph_programs(tmp_path, code)
-    forward = [t for name, t in programs.items() if "forward" in name]
-    backward = [t for name, t in programs.items() if "backward" in name]
-    assert len(forward) == 1 and len(backward) == 1, list(programs)
+    forward, backward = forward_and_backward_programs(tmp_path, code)
     calls = lambda text: text.count('custom_call_target="torch_pjrt_sum_middle"')  # noqa: E731
-    assert calls(forward[0]) >= 1  # the mean of squares
-    assert calls(backward[0]) >= 2  # the norm's weight and the bias (and the norm's input gradient)
+    assert calls(forward) >= 1  # the mean of squares
+    assert calls(backward) >= 2  # the norm's weight and the bias (and the norm's input gradient)
 
 
 def test_mutated_inputs_are_donated_only_when_written():
