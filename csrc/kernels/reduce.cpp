@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "kernels/cpu.h"
 #include "kernels/handlers.h"
