@@ -201,6 +201,13 @@ void flush_locked() {
   if (g.ops.empty()) return;
   Stream s = std::move(g);
   g = Stream();
+  // the next stream is most likely this one again (a training or decode step): its lists start at this
+  // one's sizes instead of growing by reallocation (each a large block: glibc consolidates its free lists)
+  g.values.reserve(s.values.size());
+  g.ops.reserve(s.ops.size());
+  g.pendings.reserve(s.pendings.size());
+  g.scalars.reserve(s.scalars.size());
+  g.key.reserve(s.key.size() + 1);
   // Outputs: the values of the storages that outlive the stream (the handle holds its PendingValue too).
   std::vector<PendingValue*> outs;
   for (const auto& p : s.pendings)
