@@ -492,8 +492,8 @@ class _Lowering:
             g.output([])
             node, op = inplace
             add = None  # `step += 1`: the arguments (in the op's order) and the number, for _C._add_scalars_
-            if op is torch.ops.aten._foreach_add_.Scalar and isinstance(node.args[1], (int, float)) \
-                    and not isinstance(node.args[1], bool) and len(node.args) == 2 and not node.kwargs:
+            if op is torch.ops.aten._foreach_add_.Scalar and len(node.args) == 2 and not node.kwargs \
+                    and isinstance(node.args[1], (int, float)) and not isinstance(node.args[1], bool):
                 add = ([self.placeholders[a] for a in node.args[0]], float(node.args[1]))
             return torch.fx.GraphModule(self.gm, g), arg_indices, [], add
         g.output([env[src] for _, src in self.host_writes])

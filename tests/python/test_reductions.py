@@ -98,7 +98,7 @@ def test_running_sums_and_products_match_cpu(op, dtype):
 # columns (leading dims), rows (trailing), middle dims, everything; rows longer than its float32 blocks (16384
 # lanes' worth), more rows than a block (1024), more columns than a work item (256) with a ragged tail, a
 # sum large enough to be spread over the kernels' threads; and beside them sums that stay with XLA (dims not
-# adjacent, under 4096 elements, float64)
+# adjacent, under 4096 elements)
 _SUMS = [((8, 32, 64), (0, 1)), ((8, 32, 64), (-1,)), ((8, 32, 64), (1,)), ((8, 32, 64), None),
          ((3, 70001), (1,)), ((5003, 3), (0,)), ((2, 3, 40, 50), (1, 2)), ((300, 1000), (0,)),
          ((17, 33, 129), (2,)), ((4, 70000, 5), (1,)), ((2, 3, 40, 50), (0, 2)), ((30, 40), (0,))]
