@@ -84,6 +84,16 @@ pjrt::BufferPtr dense_input(const at::Tensor& t, const pjrt::TensorSpec& spec, c
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "torch.compile(backend=\"tpu\"): graph input on ",
               t.device(), " where a tpu tensor was expected");
   const StorageHandle& h = handle_of(t);
+  {
+    // the usual input, a whole dense storage as traced (a parameter, a cache): its buffer as it is, read
+    // without building its forms (the general path below takes the same decision for it)
+    StorageLock lock(h);
+    const pjrt::BufferPtr& b = h.buffer;
+    if (b && !h.pending && !h.error && order.empty() && t.storage_offset() == 0 && !t.is_conj() && !t.is_neg() &&
+        b->type() == spec.type && element_type(t.scalar_type()) == spec.type && b->dims() == spec.dims &&
+        t.sizes() == at::IntArrayRef(spec.dims) && t.is_contiguous())
+      return b;
+  }
   raise_if_poisoned(h);
   pjrt::BufferPtr buffer;
   lowering::BaseForm form;
@@ -316,6 +326,7 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
   // base in between (one lock, in address order, as eager ops take theirs).
   StorageLock lock;
   if (!writes.empty()) {
+    lock.reserve(inputs.size());
     for (const auto& t : inputs)
       if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 && t.has_storage()) lock.add(handle_of(t));
     lock.lock();
@@ -395,8 +406,7 @@ std::vector<pjrt::BufferPtr> GraphProgram::run_buffers(int device, std::vector<p
 }
 
 bool swap_base(const at::Tensor& dst, pjrt::BufferPtr buffer) {
-  lowering::ViewForm view = view_form(dst);
-  if (view.conj || view.neg || !lowering::covers_storage(base_form(dst.storage()), view)) return false;
+  if (dst.is_conj() || dst.is_neg() || !covers_storage(dst)) return false;
   StorageHandle& h = handle_of(dst);
   StorageLock lock(h);
   h.buffer = std::move(buffer);

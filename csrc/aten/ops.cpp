@@ -128,14 +128,14 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     check_view_in_storage(self, "copy_");
     at::Tensor host = src.to(self.scalar_type());
     if (host.sizes() != self.sizes()) host = host.expand(self.sizes());
-    at::Tensor up = upload(host, self.device().index());
-    if (lowering::covers_storage(base_form(self.storage()), view_form(self))) {
+    if (covers_storage(self)) {
+      pjrt::BufferPtr up = upload_buffer(host, self.device().index());  // the storage's new base
       StorageHandle& h = handle_of(self);
       StorageLock lock(h);
-      h.buffer = handle_of(up).buffer;
+      h.buffer = std::move(up);
       h.error.reset();  // a whole new value heals a poisoned storage
     } else {
-      copy_on_device(self, up, non_blocking);
+      copy_on_device(self, upload(host, self.device().index()), non_blocking);
     }
     return self;
   }

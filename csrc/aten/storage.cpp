@@ -175,6 +175,14 @@ lowering::ViewForm view_form(const at::Tensor& t) {
   return v;
 }
 
+bool covers_storage(const at::Tensor& t) {
+  // with elements, torch's contiguity is the view form's (size-1 dims take any stride)
+  if (t.numel() > 0 && t.is_contiguous())
+    return t.storage_offset() == 0 && t.numel() * static_cast<int64_t>(t.element_size()) ==
+                                          static_cast<int64_t>(t.storage().nbytes());
+  return lowering::covers_storage(base_form(t.storage()), view_form(t));
+}
+
 int64_t growable_capacity(int64_t numel) {
   int64_t c = 64;
   while (c < numel) c *= 2;
@@ -237,15 +245,16 @@ at::Tensor poisoned_tensor(at::IntArrayRef sizes, at::ScalarType dtype, int devi
   return tensor_over(new StorageHandle{nullptr, device, std::move(error)}, nbytes, sizes, dtype);
 }
 
-at::Tensor upload(const at::Tensor& cpu, int device) {
+pjrt::BufferPtr upload_buffer(const at::Tensor& cpu, int device) {
   at::Tensor src = cpu.contiguous();
   pjrt::ElementType type = element_type(src.scalar_type());
   std::vector<int64_t> dims(src.sizes().begin(), src.sizes().end());
   auto& s = session_or_throw();
-  pjrt::BufferPtr buffer = guarded("host_to_device", [&] {
-    return s.client().from_host(src.data_ptr(), type, dims, device);
-  });
-  return wrap_buffer(std::move(buffer), src.sizes(), src.scalar_type());
+  return guarded("host_to_device", [&] { return s.client().from_host(src.data_ptr(), type, dims, device); });
+}
+
+at::Tensor upload(const at::Tensor& cpu, int device) {
+  return wrap_buffer(upload_buffer(cpu, device), cpu.sizes(), cpu.scalar_type());
 }
 
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {

@@ -58,6 +58,7 @@ class StorageLock {
   explicit StorageLock(const StorageHandle& h) { add(h); lock(); }
   StorageLock(const StorageHandle& a, const StorageHandle& b) { add(a); add(b); lock(); }
   void add(const StorageHandle& h) { handles_.push_back(&h); }
+  void reserve(size_t n) { handles_.reserve(n); }
   void lock();
   ~StorageLock();
   StorageLock(const StorageLock&) = delete;
@@ -79,6 +80,9 @@ inline StorageHandle& handle_of(const at::Tensor& t) { return handle_of(t.storag
 lowering::BaseForm base_form(const c10::Storage& storage);
 // The tensor's view form over its storage.
 lowering::ViewForm view_form(const at::Tensor& t);
+// lowering::covers_storage of the tensor's forms (writing the tensor replaces its whole storage), without
+// building them where the tensor alone says (a dense tensor of at least one element).
+bool covers_storage(const at::Tensor& t);
 
 // Growable storages (lowering/view.h): results of small concatenations live in flat buffers of
 // growable_capacity(numel) elements, up to kGrowableMaxElements.
@@ -102,8 +106,10 @@ at::Tensor wrap_growable(pjrt::BufferPtr buffer, at::IntArrayRef sizes, at::Scal
 at::Tensor poisoned_tensor(at::IntArrayRef sizes, at::ScalarType dtype, int device,
                            std::shared_ptr<const DeferredError> error);
 
-// Uploads a CPU tensor (any strides) as a new tpu tensor of the same dtype and shape.
+// Uploads a CPU tensor (any strides) as a new tpu tensor of the same dtype and shape; upload_buffer gives
+// the buffer alone (its dims the tensor's sizes, row-major).
 at::Tensor upload(const at::Tensor& cpu, int device);
+pjrt::BufferPtr upload_buffer(const at::Tensor& cpu, int device);
 // Copies a tpu tensor to a new contiguous CPU tensor; blocks (a sync point).
 at::Tensor download(const at::Tensor& t);
 

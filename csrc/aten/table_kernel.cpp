@@ -810,6 +810,7 @@ class TableKernel final : public c10::OperatorKernel {
     const torch::jit::Stack& s = *stack;
     // From reading the storages' bases to swapping in the results (threads, StorageLock).
     StorageLock lock;
+    lock.reserve(call.storages.size());
     for (const auto& st : call.storages) lock.add(handle_of(st));
     lock.lock();
     // An input computed by a failed op: this op fails the same way, without running.

@@ -657,11 +657,14 @@ class _Compiled:
             c[key] = t.detach().to(device)
         return c[key]
 
+    def _device(self, args):
+        return args[self.device_arg].device if self.device_arg is not None else torch.device("tpu")
+
     def __call__(self, args):
-        device = args[self.device_arg].device if self.device_arg is not None else torch.device("tpu")
         if self.plain:
             tensors = [args[i] for i in self.args]
         else:
+            device = self._device(args)
             tensors = [
                 args[v] if kind == "arg"
                 else _C._pack_scalars([args[i] for i in v], _index(device)) if kind == "pack"
@@ -669,7 +672,7 @@ class _Compiled:
                 for kind, v in self.inputs
             ]
         for p in self.moved:
-            tensors[p] = tensors[p].to(device)
+            tensors[p] = tensors[p].to(self._device(args))
         outs, unswapped = self.program.run_writing(tensors, self.swaps)
         for p, o in unswapped:
             with torch.no_grad():

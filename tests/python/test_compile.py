@@ -23,6 +23,30 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+def test_view_inputs_are_read_and_written_as_views():
+    """Graph inputs that are views of bigger storages (an offset slice, a prefix of its storage, a transpose,
+    another dtype's view of the same bytes) are read as those views, and an in-place write to a prefix view
+    changes its elements only: an input's buffer is taken as it is, or replaced by the result, only where the
+    input is its whole storage."""
+
+    def f(p, q, t, bits, out, whole):
+        out.mul_(3)
+        whole.add_(1)
+        return p * 2 + q.sum() + t.sum(0), bits + 1
+
+    base, w, buf, fl, whole = torch.randn(6, 4), torch.randn(4, 6), torch.randn(10), torch.randn(5), torch.randn(3)
+    tb, tw, tbuf, tfl, twhole = (v.to("tpu") for v in (base, w, buf, fl, whole))
+    g = torch.compile(f, backend="tpu")
+    for _ in range(2):  # the second call runs the cached program
+        got = g(tb[2:], tb[:3], tw.t(), tfl.view(torch.int32), tbuf[:4], twhole)
+        ref = f(base[2:], base[:3], w.t(), fl.view(torch.int32), buf[:4], whole)
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a.cpu(), b)
+        torch.testing.assert_close(tbuf.cpu(), buf)
+        torch.testing.assert_close(twhole.cpu(), whole)
+        torch.testing.assert_close(tb.cpu(), base)
+
+
 @pytest.mark.parametrize("kind,factory", [("mlp", MLP), ("cnn", SmallCNN), ("transformer", SmallTransformer)])
 def test_compiled_training_matches_cpu(kind, factory):
     torch.manual_seed(0)
