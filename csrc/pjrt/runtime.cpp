@@ -679,6 +679,14 @@ void Executable::drain() {
   if (Dispatcher::started() && !Dispatcher::forked()) Dispatcher::get().drain();
 }
 
+void Executable::after_launches(std::function<void()> task) {
+  if (!dispatching()) {
+    task();
+    return;
+  }
+  Dispatcher::get().submit(std::move(task));
+}
+
 std::vector<BufferPtr> Executable::dispatch(const std::shared_ptr<const Executable>& exe, int device,
                                             std::vector<BufferPtr> args, std::vector<char> donated,
                                             const char* op_name) {

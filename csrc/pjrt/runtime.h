@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -206,6 +207,10 @@ class Executable : public std::enable_shared_from_this<Executable> {
   static bool dispatching();
   // Waits until every dispatched launch so far has called Execute.
   static void drain();
+  // Runs `task` on the dispatch thread after the launches queued so far (at once, here, when launches are
+  // not dispatched): host work the caller need not wait for, such as freeing what a launch was built from.
+  // The task must not throw; it is destroyed on the thread that ran it.
+  static void after_launches(std::function<void()> task);
   const std::vector<TensorSpec>& inputs() const { return inputs_; }
   const std::vector<TensorSpec>& outputs() const { return outputs_; }
   // The plugin's serialized form (for the disk cache).
