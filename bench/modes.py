@@ -8,7 +8,12 @@ step of the first two; a static-cache decode step of the tiny Llama at batch 1 a
 process start to the tiny Llama's first logits on "tpu", with an empty and with a warm on-disk program
 cache.
 
-    python bench/modes.py [--steps 30] [--only llama]
+    python bench/modes.py [--steps 30] [--rounds 3] [--only llama]
+
+The modes are measured in rounds: each round builds and warms every mode's step afresh and times one sample
+of it, in turn, and a mode's rate is its median over the rounds (its rounds' rates follow in brackets). The
+machines we share drift by 10-30% over minutes; in rounds, a slow stretch lowers one sample of each mode it
+falls on instead of every sample of one mode, which would move that mode's ratios alone.
 """
 
 import argparse
@@ -74,7 +79,7 @@ def eager_mode(mode):
 MIN_SAMPLE_S = 0.25
 
 
-def steps_per_s(step, x, y, steps, sync):
+def steps_per_s(step, x, y, steps, sync, samples=3):
     def done(out):
         if hasattr(out, "block_until_ready"):
             out.block_until_ready()
@@ -93,14 +98,31 @@ def steps_per_s(step, x, y, steps, sync):
     # a sample lasts at least MIN_SAMPLE_S: a fast step (a decode step of 0.1-0.2 ms) timed over a few
     # milliseconds weighs the final drain and the machine's noise more than the steps
     steps = max(steps, int(MIN_SAMPLE_S * steps / (time.perf_counter() - t0)))
-    samples = []
-    for _ in range(3):
+    rates = []
+    for _ in range(samples):
         t0 = time.perf_counter()
         for _ in range(steps):
             out = step(x, y)
         done(out)
-        samples.append(steps / (time.perf_counter() - t0))
-    return statistics.median(samples)
+        rates.append(steps / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def in_rounds(candidates, steps, rounds):
+    """{label: [rate of each round]} of candidates (label, device, mode, make), make() giving (step, x, y):
+    each round builds, warms up and times every candidate once, in order."""
+    rates = {label: [] for label, _, _, _ in candidates}
+    for _ in range(rounds):
+        for label, device, mode, make in candidates:
+            torch._dynamo.reset()
+            sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+            eager_mode(mode)
+            try:
+                step, x, y = make()
+                rates[label].append(steps_per_s(step, x, y, steps, sync, samples=1))
+            finally:
+                eager_mode("strict")
+    return rates
 
 
 def compiled(model, mode):
@@ -199,13 +221,17 @@ def jax_llama_fns(model):
 
 
 def report(title, rates):
-    base = rates["strict eager tpu"]
+    """rates: {label: [rate of each round]}; ratios are of the medians."""
+    median = {label: statistics.median(r) for label, r in rates.items()}
+    base = median["strict eager tpu"]
     print(f"{title}:")
     for label, r in rates.items():
-        print(f"  {label:18s} {r:9.1f} steps/s   {r / base:6.2f}x strict eager", flush=True)
+        each = ", ".join(f"{v:.1f}" for v in r)
+        print(f"  {label:18s} {median[label]:9.1f} steps/s   {median[label] / base:6.2f}x strict eager   [{each}]",
+              flush=True)
 
 
-def llama_benchmarks(steps, modes):
+def llama_benchmarks(steps, modes, rounds):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
     from hf_tiny import make_model
 
@@ -216,27 +242,17 @@ def llama_benchmarks(steps, modes):
     else:
         print(f"(the JAX model's logits differ from the torch model's by at most {jax_fns[2]:.1e})")
     ids = torch.randint(3, 256, (8, 32), generator=torch.Generator().manual_seed(0))
-    rates = {}
-    for label, device, mode in modes:
-        torch._dynamo.reset()
-        sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
-        eager_mode(mode)
-        rates[label] = steps_per_s(llama_train_fn(model, device, mode), ids.to(device), None, steps, sync)
-        eager_mode("strict")
+    candidates = [(label, device, mode, lambda device=device, mode=mode: (
+        llama_train_fn(model, device, mode), ids.to(device), None)) for label, device, mode in modes]
     if jax_fns:
-        rates["jax.jit CPU"] = steps_per_s(jax_fns[0](), ids, None, steps, lambda: None)
-    report("tiny llama train step (batch 8 x 32 tokens)", rates)
+        candidates.append(("jax.jit CPU", "cpu", "jax", lambda: (jax_fns[0](), ids, None)))
+    report("tiny llama train step (batch 8 x 32 tokens)", in_rounds(candidates, steps, rounds))
     for batch in (1, 8):
-        rates = {}
-        for label, device, mode in modes:
-            torch._dynamo.reset()
-            sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
-            eager_mode(mode)
-            rates[label] = steps_per_s(llama_decode_fn(model, device, mode, batch), None, None, steps, sync)
-            eager_mode("strict")
+        candidates = [(label, device, mode, lambda device=device, mode=mode: (
+            llama_decode_fn(model, device, mode, batch), None, None)) for label, device, mode in modes]
         if jax_fns:
-            rates["jax.jit CPU"] = steps_per_s(jax_fns[1](batch), None, None, steps, lambda: None)
-        report(f"tiny llama static-cache decode step, batch {batch}", rates)
+            candidates.append(("jax.jit CPU", "cpu", "jax", lambda: (jax_fns[1](batch), None, None)))
+        report(f"tiny llama static-cache decode step, batch {batch}", in_rounds(candidates, steps, rounds))
 
 
 COLD = """
@@ -278,6 +294,8 @@ def main():
                         "final drain more)")
     parser.add_argument("--cpu-threads", type=int, default=1,
                         help="torch CPU threads (1: on a shared machine, spinning OpenMP workers distort CPU eager)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of every mode in turn; a mode's rate is its median over them")
     parser.add_argument("--only", choices=["mlp", "transformer", "llama", "cold"], default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.cpu_threads)
@@ -285,7 +303,7 @@ def main():
              ("compile(tpu)", "tpu", "compile-tpu"),
              ("torch CPU eager", "cpu", "eager"), ("inductor CPU", "cpu", "inductor")]
     if args.only in (None, "llama"):
-        llama_benchmarks(args.steps, modes)
+        llama_benchmarks(args.steps, modes, args.rounds)
     if args.only in (None, "cold"):
         cold_start()
     for name, factory, kind in (("mlp", MLP, "mlp"), ("transformer", SmallTransformer, "transformer")):
@@ -295,14 +313,9 @@ def main():
         model = factory()
         x, y = data(kind, 1)[0]
         for what, make in (("train step", train_step_fn), ("inference", infer_step_fn)):
-            rates = {}
-            for label, device, mode in modes:
-                sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
-                torch._dynamo.reset()
-                eager_mode(mode)
-                rates[label] = steps_per_s(make(model, device, mode), x.to(device), y.to(device), args.steps, sync)
-                eager_mode("strict")
-            report(f"{name} {what}", rates)
+            candidates = [(label, device, mode, lambda device=device, mode=mode: (
+                make(model, device, mode), x.to(device), y.to(device))) for label, device, mode in modes]
+            report(f"{name} {what}", in_rounds(candidates, args.steps, args.rounds))
 
 
 if __name__ == "__main__":
