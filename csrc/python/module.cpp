@@ -15,7 +15,8 @@ namespace py = pybind11;
 using namespace torch_pjrt;
 
 namespace torch_pjrt {
-void bind_graph(py::module_& m);  // graph.cpp
+void bind_graph(py::module_& m);        // graph.cpp
+void bind_distributed(py::module_& m);  // distributed/bind.cpp
 }
 
 namespace {
@@ -85,6 +86,7 @@ py::dict metrics_dict() {
 PYBIND11_MODULE(_C, m) {
   register_aten_kernels();
   bind_graph(m);
+  bind_distributed(m);
   m.def("_configure", [](std::vector<std::string> roots) { pjrt::Session::configure(std::move(roots)); });
   m.def("_is_available", [] { return device_count() > 0; });
   m.def("_unavailable_reason", [] { return pjrt::Session::unavailable_reason(); });

@@ -159,3 +159,7 @@ _moe._install_transformers_hook()
 from . import accelerate_glue as _accelerate_glue  # noqa: E402  (Accelerate's disk offload onto "tpu")
 
 _accelerate_glue.install()
+
+from . import distributed as _distributed  # noqa: E402  (the c10d backend "tpu_dist")
+
+_distributed._register()
