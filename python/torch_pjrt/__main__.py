@@ -22,6 +22,10 @@ def info() -> int:
     print(f"devices:          {len(p['devices'])}")
     for d in p["devices"]:
         print(f"  tpu:{d['index']}  kind={d['kind']}  id={d['id']}  {d['description']}")
+    from . import distributed
+
+    print(f"torch.distributed: backend {distributed.BACKEND!r}, transport {distributed.transport()} "
+          f"({distributed.transport_reason()})")
     return 0
 
 

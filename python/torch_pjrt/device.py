@@ -83,7 +83,7 @@ def _lazy_call(callable, **kwargs):
 
 def device_count() -> int:
     """The plugin's addressable devices (0 without a plugin). On the CPU plugin it is a setting:
-    TORCH_PJRT_CPU_DEVICES (default 1)."""
+    TORCH_PJRT_CPU_DEVICES (default 1; under torchrun LOCAL_WORLD_SIZE)."""
     return _C._device_count()
 
 
