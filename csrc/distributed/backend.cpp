@@ -487,48 +487,104 @@ WorkPtr TpuBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::T
                              const c10d::AllToAllOptions& opts) {
   check_tensors("all_to_all", inputs);
   check_tensors("all_to_all", outputs);
+  TORCH_CHECK((int)inputs.size() == group_.size && (int)outputs.size() == group_.size, "tpu_dist: all_to_all: ",
+              inputs.size(), " inputs and ", outputs.size(), " outputs for a group of ", group_.size);
   std::string in_dtypes;
   for (auto& t : inputs) in_dtypes += std::string(in_dtypes.empty() ? "" : ", ") + c10::toString(t.scalar_type());
   before("all_to_all", "all_to_all of " + std::to_string(inputs.size()) + " tensors (" + in_dtypes + ")");
-  std::vector<Wire> out_w;
-  std::vector<at::Tensor> host_in, host_out;
-  for (auto& t : inputs) host_in.push_back(to_host(t, wire_of(t, Use::kMove, c10d::ReduceOp(), "all_to_all")));
-  for (auto& o : outputs) {
-    out_w.push_back(wire_of(o, Use::kMove, c10d::ReduceOp(), "all_to_all"));
-    host_out.push_back(host_buffer(o, out_w.back()));
+  // The tensors may differ in size per peer (gloo's list form takes only equal ones): their bytes go as one
+  // all_to_all_single of bytes with uneven splits.
+  std::vector<int64_t> in_splits, out_splits;
+  std::vector<at::Tensor> parts;
+  for (auto& t : inputs) {
+    parts.push_back(to_host(t, Wire{t.scalar_type(), t.sizes().vec(), Wire::kBytes}).reshape({-1}));
+    in_splits.push_back(parts.back().numel());
   }
+  std::vector<Wire> out_w;
+  for (auto& o : outputs) {
+    out_w.push_back(Wire{o.scalar_type(), o.sizes().vec(), Wire::kBytes});
+    out_splits.push_back(o.nbytes());
+  }
+  at::Tensor host_in = at::cat(parts);
+  int64_t total = 0;
+  for (int64_t n : out_splits) total += n;
+  at::Tensor host_out = at::empty({total}, at::TensorOptions().dtype(at::kByte));
   return run(
-      "all_to_all", outputs, [&] { return Works{host_->alltoall(host_out, host_in, opts)}; },
-      [host_out, out_w, outputs]() mutable {
-        for (size_t i = 0; i < outputs.size(); ++i) to_device(host_out[i], out_w[i], outputs[i]);
+      "all_to_all", outputs,
+      [&] { return Works{host_->alltoall_base(host_out, host_in, out_splits, in_splits, opts)}; },
+      [host_out, out_w, out_splits, outputs]() mutable {
+        int64_t offset = 0;
+        for (size_t i = 0; i < outputs.size(); ++i) {
+          at::Tensor bytes = host_out.narrow(0, offset, out_splits[i]);
+          offset += out_splits[i];
+          to_device(bytes, out_w[i], outputs[i]);
+        }
       });
 }
 
-// Point-to-point: gloo's send and recv works have no future, so they are waited for here (send returns
-// once its bytes are handed to the transport, recv once they arrived).
+namespace {
+
+// Point-to-point work: gloo's send and recv works have no future, so the copy back of a recv happens in
+// wait(), on the waiting thread. Nothing blocks at the call: both ranks may post a send before their recv
+// (batch_isend_irecv).
+class P2PWork final : public c10d::Work {
+ public:
+  P2PWork(WorkPtr gloo, std::string where, std::function<void()> finish)
+      : c10d::Work(-1, c10d::OpType::UNKNOWN), gloo_(std::move(gloo)), where_(std::move(where)),
+        finish_(std::move(finish)) {}
+  bool isCompleted() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completed_;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!completed_) {
+      try {
+        gloo_->wait(timeout);
+        finish_();
+      } catch (...) {
+        exception_ = backend_error(where_ + message_of(std::current_exception()));
+      }
+      completed_ = true;
+    }
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+
+ private:
+  WorkPtr gloo_;
+  std::string where_;
+  std::function<void()> finish_;
+};
+
+}  // namespace
+
 WorkPtr TpuBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   check_tensors("send", tensors);
   if (fused::active()) fused::flush();
+  counters().collectives++;
   std::vector<at::Tensor> hosts;
   for (auto& t : tensors) hosts.push_back(to_host(t, wire_of(t, Use::kMove, c10d::ReduceOp(), "send")));
-  return run(
-      "send", tensors, [&] { host_->send(hosts, dst, tag)->wait(group_.timeout); return Works{}; }, [] {});
+  std::string where = "tpu_dist: send to group rank " + std::to_string(dst) + " of " + group_.describe() +
+                      " failed on global rank " + std::to_string(group_.global_rank(group_.rank)) + ": ";
+  return c10::make_intrusive<P2PWork>(host_->send(hosts, dst, tag), where, [hosts] {});
 }
 
 WorkPtr TpuBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_tensors("recv", tensors);
   if (fused::active()) fused::flush();
+  counters().collectives++;
   std::vector<Wire> wires;
   std::vector<at::Tensor> hosts;
   for (auto& t : tensors) {
     wires.push_back(wire_of(t, Use::kMove, c10d::ReduceOp(), "recv"));
     hosts.push_back(host_buffer(t, wires.back()));
   }
-  return run(
-      "recv", tensors, [&] { host_->recv(hosts, src, tag)->wait(group_.timeout); return Works{}; },
-      [hosts, wires, tensors]() mutable {
-        for (size_t i = 0; i < tensors.size(); ++i) to_device(hosts[i], wires[i], tensors[i]);
-      });
+  std::string where = "tpu_dist: recv from group rank " + std::to_string(src) + " of " + group_.describe() +
+                      " failed on global rank " + std::to_string(group_.global_rank(group_.rank)) + ": ";
+  return c10::make_intrusive<P2PWork>(host_->recv(hosts, src, tag), where, [hosts, wires, tensors]() mutable {
+    for (size_t i = 0; i < tensors.size(); ++i) to_device(hosts[i], wires[i], tensors[i]);
+  });
 }
 
 WorkPtr TpuBackend::barrier(const c10d::BarrierOptions& opts) {

@@ -119,7 +119,7 @@ void to_device(const at::Tensor& host, const Wire& w, at::Tensor& dst) {
   at::Tensor h;
   switch (w.kind) {
     case Wire::kSame: h = host; break;
-    case Wire::kBytes: h = host.view(w.dtype).reshape(w.sizes); break;
+    case Wire::kBytes: h = host.reshape({-1}).view(w.dtype).reshape(w.sizes); break;
     case Wire::kWide: h = host.to(w.dtype); break;
     case Wire::kComplex: h = at::view_as_complex(host); break;
   }
@@ -138,10 +138,11 @@ void premultiply(at::Tensor& host, const c10d::ReduceOp& op) {
   if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
   auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
   TORCH_CHECK(s, "tpu_dist: ReduceOp.PREMUL_SUM without its factor");
+  // The factor in the tensor's dtype, as NCCL applies it (an integer tensor's factor is truncated).
   if (s->tensor_factor.defined())
     host.mul_(s->tensor_factor.to(at::kCPU).to(host.scalar_type()));
   else
-    host.mul_(s->double_factor);
+    host.mul_(at::scalar_tensor(s->double_factor, host.options()));
 }
 
 void finish_average(at::Tensor& host, const c10d::ReduceOp& op, const Wire& w, int group_size) {

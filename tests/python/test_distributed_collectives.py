@@ -16,67 +16,35 @@ TORCH_PJRT_FALLBACK=error: no op of a check may fall back to the CPU.
 """
 
 import importlib.util
-import os
 import re
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from torchrun import WORKERS, launch, tail
 
-WORKER = Path(__file__).resolve().parent / "distributed" / "collectives_worker.py"
-NPROC = 2
-# Per launch. On 2 cores with a warm program cache: ~13 s for the full one, ~6 s for the short ones.
-TIMEOUT_S = int(os.environ.get("DIST_TEST_TIMEOUT_S", "300"))
+WORKER = "collectives_worker.py"
 
 
 def _sections():
-    spec = importlib.util.spec_from_file_location("collectives_worker", WORKER)
+    spec = importlib.util.spec_from_file_location("collectives_worker", WORKERS / WORKER)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return list(mod.SECTIONS)
 
 
 SECTIONS = _sections()
+# On 2 cores: ~15 s for the tpu_dist launch (6 s of it two checks that wait out a 3 s timeout while the
+# backend's isend blocks), ~6 s for each short one, warm or cold program cache alike.
 LAUNCHES = {"tpu_dist": SECTIONS, "default": ["init"], "mixed": ["init"]}
-
-_results = {}
+ENV = {"DIST_DEVICE": "tpu", "TORCH_PJRT_FALLBACK": "error"}
 
 
 def _launch(form):
-    """One torchrun launch of the worker per form and test session: (returncode, output)."""
-    if form in _results:
-        return _results[form]
-    env = dict(os.environ)
-    env.update(
-        DIST_DEVICE="tpu",
-        TORCH_PJRT_FALLBACK="error",
-        # One thread per pool and process: 2 processes on 2 cores (README, TORCH_PJRT_CPU_THREADS).
-        TORCH_PJRT_CPU_THREADS="1",
-        TORCH_PJRT_KERNEL_THREADS="1",
-        OMP_NUM_THREADS="1",
-        PYTHONUNBUFFERED="1",
-    )
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={NPROC}",
-           "--monitor-interval=0.1", str(WORKER), form, *LAUNCHES[form]]
-    # A session of its own, so that a timeout stops torchrun and both workers (the group of this child only).
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, cwd=str(WORKER.parent))
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT_S)
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        rc = None
-        out += f"\n[test_distributed_collectives] timed out after {TIMEOUT_S} s: {' '.join(cmd)}\n"
-    _results[form] = (rc, out)
-    return rc, out
+    """One torchrun launch of the worker per form and test session (tests/python/torchrun.py caches it)."""
+    return launch(WORKER, [form, *LAUNCHES[form]], ENV)
 
 
-def _tail(out, n=8000):
-    return out if len(out) <= n else "...\n" + out[-n:]
+def _tail(out):
+    return tail(out, 8000)
 
 
 def _check_section(form, section):
