@@ -2,7 +2,7 @@
 tensors: what host staging (device -> host, gloo, host -> device) and the ranks' agreement before each
 collective (TORCH_PJRT_DIST_CHECKS) cost, for an all-reduce and for a DDP training step.
 
-    python bench/collectives.py [--rounds 5] [--sample-s 0.2] [--only allreduce|ddp]
+    python bench/collectives.py [--rounds 7] [--sample-s 0.2] [--only allreduce|ddp]    # ~75 s on 2 cores
 
 starts its own torchrun of 2 processes on this machine and prints rank 0's report and the launch's wall time.
 Each process gets one thread per pool (TORCH_PJRT_CPU_THREADS=1 TORCH_PJRT_KERNEL_THREADS=1 OMP_NUM_THREADS=1:
@@ -325,7 +325,7 @@ def worker(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5,
+    parser.add_argument("--rounds", type=int, default=7,
                         help="rounds of every candidate in turn; a candidate's time is its median over them")
     parser.add_argument("--sample-s", type=float, default=0.2,
                         help="an all-reduce sample lasts at least this long (at least 2 all-reduces)")

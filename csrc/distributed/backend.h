@@ -16,17 +16,22 @@
 
 #include "distributed/agreement.h"
 #include "distributed/group.h"
+#include "distributed/programs.h"
 #include "distributed/staging.h"
 
 namespace torch_pjrt::distributed {
 
 class TpuBackend final : public c10d::Backend {
  public:
-  TpuBackend(Group group, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> host);
+  // `devices` (the client's device of each group rank) when every rank drives a device of this process's
+  // client: collectives then run as programs where they can (programs.h); empty: host staging only.
+  TpuBackend(Group group, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> host,
+             std::vector<int> devices = {});
+  ~TpuBackend() override;
 
   const std::string getBackendName() const override { return "tpu_dist"; }
   const Group& group() const { return group_; }
-  static const char* transport() { return "host"; }
+  const char* transport() const { return programs_ ? "programs" : "host"; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
@@ -72,12 +77,15 @@ class TpuBackend final : public c10d::Backend {
                                      const std::function<std::vector<c10::intrusive_ptr<c10d::Work>>()>& start,
                                      std::function<void()> finish);
   void before(const char* collective, const std::string& call);
+  // A Work already completed with `outputs` (a collective the program transport ran).
+  c10::intrusive_ptr<c10d::Work> done(std::vector<at::Tensor> outputs);
   void check_tensors(const char* collective, const std::vector<at::Tensor>& tensors) const;
 
   Group group_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> host_;
   Agreement agreement_;
+  std::unique_ptr<ProgramTransport> programs_;
 };
 
 }  // namespace torch_pjrt::distributed

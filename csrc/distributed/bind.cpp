@@ -18,18 +18,19 @@ void bind_distributed(py::module_& m) {
     py::class_<TpuBackend, c10d::Backend, c10::intrusive_ptr<TpuBackend>>(d, "TpuBackend")
         .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                          std::chrono::milliseconds timeout, std::string name, std::vector<uint64_t> global_ranks,
-                         const c10::intrusive_ptr<c10d::Backend>& host) {
+                         const c10::intrusive_ptr<c10d::Backend>& host, std::vector<int> devices) {
                distributed::Group g{std::move(name), rank, size, std::move(global_ranks), timeout};
-               return c10::make_intrusive<TpuBackend>(std::move(g), store, host);
+               return c10::make_intrusive<TpuBackend>(std::move(g), store, host, std::move(devices));
              }),
              py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_name"),
-             py::arg("global_ranks"), py::arg("host"))
+             py::arg("global_ranks"), py::arg("host"), py::arg("devices") = std::vector<int>{})
         .def_property_readonly("group_name", [](const TpuBackend& b) { return b.group().name; })
-        .def_property_readonly("transport", [](const TpuBackend&) { return TpuBackend::transport(); });
+        .def_property_readonly("transport", [](const TpuBackend& b) { return b.transport(); });
     d.def("_counters", [] {
       auto& c = distributed::counters();
       py::dict r;
       r["collectives"] = c.collectives.load();
+      r["program_collectives"] = c.program_collectives.load();
       r["bytes_to_host"] = c.bytes_to_host.load();
       r["bytes_to_device"] = c.bytes_to_device.load();
       return r;

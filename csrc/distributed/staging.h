@@ -16,6 +16,7 @@ namespace torch_pjrt::distributed {
 // Counts for torch_pjrt.metrics()["distributed"].
 struct Counters {
   std::atomic<int64_t> collectives{0};
+  std::atomic<int64_t> program_collectives{0};  // of which the program transport ran
   std::atomic<int64_t> bytes_to_host{0};
   std::atomic<int64_t> bytes_to_device{0};
 };

@@ -611,6 +611,54 @@ Value Builder::scatter(Value operand, Value indices, Value updates, const Scatte
   return emit("stablehlo.scatter", {operand, indices, updates}, attrs, {operand.type}, {r})[0];
 }
 
+namespace {
+
+// replica_groups = dense<[[0, 1]]> : tensor<1x2xi64> (groups of equal size, as the attribute requires)
+std::string groups_attr(const Builder::Groups& groups) {
+  std::string s = "replica_groups = dense<[";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    s += g ? ", [" : "[";
+    for (size_t i = 0; i < groups[g].size(); ++i) s += (i ? ", " : "") + std::to_string(groups[g][i]);
+    s += "]";
+  }
+  return s + "]> : tensor<" + std::to_string(groups.size()) + "x" + std::to_string(groups.empty() ? 0 : groups[0].size()) +
+         "xi64>";
+}
+
+}  // namespace
+
+Value Builder::all_reduce(Value a, const Groups& groups, const Body& body) {
+  Type scalar_t{a.elem(), {}};
+  std::string r = region({scalar_t, scalar_t}, body);
+  return emit("stablehlo.all_reduce", {a}, groups_attr(groups), {a.type}, {r})[0];
+}
+
+Value Builder::all_gather(Value a, int64_t dim, const Groups& groups) {
+  Type t = a.type;
+  t.dims[dim] *= static_cast<int64_t>(groups.at(0).size());
+  return emit("stablehlo.all_gather", {a}, "all_gather_dim = " + std::to_string(dim) + " : i64, " + groups_attr(groups),
+              {t})[0];
+}
+
+Value Builder::reduce_scatter(Value a, int64_t dim, const Groups& groups, const Body& body) {
+  Type scalar_t{a.elem(), {}};
+  std::string r = region({scalar_t, scalar_t}, body);
+  Type t = a.type;
+  t.dims[dim] /= static_cast<int64_t>(groups.at(0).size());
+  return emit("stablehlo.reduce_scatter", {a}, "scatter_dimension = " + std::to_string(dim) + " : i64, " +
+              groups_attr(groups), {t}, {r})[0];
+}
+
+Value Builder::all_to_all(Value a, int64_t split_dim, int64_t concat_dim, const Groups& groups) {
+  int64_t n = static_cast<int64_t>(groups.at(0).size());
+  Type t = a.type;
+  t.dims[split_dim] /= n;
+  t.dims[concat_dim] *= n;
+  return emit("stablehlo.all_to_all", {a}, "split_dimension = " + std::to_string(split_dim) +
+              " : i64, concat_dimension = " + std::to_string(concat_dim) + " : i64, split_count = " +
+              std::to_string(n) + " : i64, " + groups_attr(groups), {t})[0];
+}
+
 std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dim, bool stable, const Body& cmp) {
   std::vector<Type> block;
   std::vector<Type> results;

@@ -118,6 +118,14 @@ class Builder {
   // Returns {new_state, bits} with bits of `bits_type` (ui32/ui64 elements).
   std::pair<Value, Value> rng_bit_generator(Value state, const Type& bits_type);
 
+  // Collectives over replica groups (each a list of replica ids; the program is compiled with one
+  // replica per participant). `body` reduces two scalars of the operand's type.
+  using Groups = std::vector<Dims>;
+  Value all_reduce(Value a, const Groups& groups, const Body& body);
+  Value all_gather(Value a, int64_t dim, const Groups& groups);
+  Value reduce_scatter(Value a, int64_t dim, const Groups& groups, const Body& body);
+  Value all_to_all(Value a, int64_t split_dim, int64_t concat_dim, const Groups& groups);
+
   // Escape hatch for ops without a helper: appends `%N = <text> : <signature>` and returns %N.
   Value raw(const std::string& op_and_operands, const std::string& attrs,
             const std::vector<Value>& operands, const Type& result);

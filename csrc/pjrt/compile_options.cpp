@@ -37,17 +37,32 @@ constexpr int kOverrideBool = 2;        // OptionOverrideProto.bool_field
 constexpr int kDeviceOrdinal = 1;
 constexpr int kNumReplicas = 4;
 constexpr int kNumPartitions = 5;
+constexpr int kDeviceAssignment = 9;
+// DeviceAssignmentProto fields.
+constexpr int kReplicaCount = 1;
+constexpr int kComputationCount = 2;
+constexpr int kComputationDevices = 3;  // repeated {1: replica_device_ids (packed int64)}
 
 }  // namespace
 
 std::string encode_compile_options(const CompileOptions& options) {
   std::string build;
   put_int(build, kDeviceOrdinal, -1);
-  put_int(build, kNumReplicas, options.num_replicas);
+  const bool assigned = !options.replica_devices.empty();
+  put_int(build, kNumReplicas, assigned ? static_cast<int64_t>(options.replica_devices.size()) : options.num_replicas);
   put_int(build, kNumPartitions, options.num_partitions);
+  if (assigned) {
+    std::string ids, computation, assignment;
+    for (int64_t id : options.replica_devices) put_varint(ids, static_cast<uint64_t>(id));
+    put_message(computation, 1, ids);
+    put_int(assignment, kReplicaCount, static_cast<int64_t>(options.replica_devices.size()));
+    put_int(assignment, kComputationCount, 1);
+    put_message(assignment, kComputationDevices, computation);
+    put_message(build, kDeviceAssignment, assignment);
+  }
   std::string out;
   put_message(out, kExecutableBuildOptions, build);
-  if (options.portable) put_int(out, kCompilePortableExecutable, 1);
+  if (options.portable && !assigned) put_int(out, kCompilePortableExecutable, 1);
   for (const auto& [key, value] : options.overrides) {
     std::string entry, override_value;
     put_tag(entry, 1, kLengthDelimited);

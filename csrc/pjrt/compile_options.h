@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace pjrt {
 
@@ -11,6 +12,9 @@ struct CompileOptions {
   int64_t num_replicas = 1;  // never 0: the compiler CHECK-fails on empty options
   int64_t num_partitions = 1;
   bool portable = true;  // one executable for every device, chosen at execute time
+  // A program of one replica per entry, replica i on the device of id replica_devices[i] (a collective
+  // program): sets num_replicas, a device assignment, and makes the executable not portable.
+  std::vector<int64_t> replica_devices;
   // Compiler settings (DebugOptions fields by name: CompileOptionsProto's env_option_overrides).
   std::map<std::string, bool> overrides;
 };

@@ -213,6 +213,27 @@ void ProgramCache::evict_if_needed() {
 }
 
 ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<TensorSpec>& inputs,
+                                const std::vector<TensorSpec>& outputs, const CompileOptions& options) {
+  std::string encoded = encode_compile_options(options);
+  std::string key = mlir + "\n// compile options " + hex(fingerprint(encoded));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = programs_.find(key);
+    if (it != programs_.end()) {
+      ++stats_.memory_hits;
+      return it->second;
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  ExecutablePtr exe = client_.compile(mlir, inputs, outputs, &encoded);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.compiles;
+  stats_.compile_seconds += seconds;
+  return programs_.emplace(key, exe).first->second;
+}
+
+ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<TensorSpec>& inputs,
                                 const std::vector<TensorSpec>& outputs) {
   {
     std::lock_guard<std::mutex> lock(mu_);

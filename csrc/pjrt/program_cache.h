@@ -15,6 +15,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "pjrt/compile_options.h"
 #include "pjrt/runtime.h"
 
 namespace pjrt {
@@ -34,6 +35,10 @@ class ProgramCache {
   ProgramCache(const Client& client, std::string dir, int64_t max_disk_bytes = kDefaultMaxDiskBytes);
   ExecutablePtr get(const std::string& mlir, const std::vector<TensorSpec>& inputs,
                     const std::vector<TensorSpec>& outputs);
+  // A program compiled with its own options (a collective program's device assignment): kept in memory
+  // only, keyed by text and options. Such executables are tied to this process's devices.
+  ExecutablePtr get(const std::string& mlir, const std::vector<TensorSpec>& inputs,
+                    const std::vector<TensorSpec>& outputs, const CompileOptions& options);
   CacheStats stats() const;
   void clear_memory();
   const std::string& dir() const { return dir_; }

@@ -616,7 +616,7 @@ void Executable::check_args(const std::vector<const Buffer*>& args, const char* 
 }
 
 void Executable::launch(int device, const std::vector<const Buffer*>& args, abi::Buffer** out,
-                        const char* op_name) const {
+                        const char* op_name, int launch_id) const {
   abi::Buffer* arg_small[16];
   std::vector<abi::Buffer*> arg_large;
   abi::Buffer** arg_handles = arg_small;
@@ -628,6 +628,7 @@ void Executable::launch(int device, const std::vector<const Buffer*>& args, abi:
   abi::Buffer* const* arg_list = arg_handles;
   abi::ExecuteOptions options{};
   options.struct_size = sizeof options;
+  options.launch_id = launch_id;
   abi::LoadedExecutableExecuteArgs exec{};
   exec.executable = handle_;
   exec.options = &options;
@@ -637,6 +638,18 @@ void Executable::launch(int device, const std::vector<const Buffer*>& args, abi:
   exec.output_lists = &out;
   exec.execute_device = client_.device(device).handle;
   client_.plugin().call(abi::kLoadedExecutableExecute, exec, op_name);
+}
+
+std::vector<BufferPtr> Executable::execute_collective(int device, const std::vector<const Buffer*>& args,
+                                                      int launch_id, const char* op_name) const {
+  check_args(args, op_name);  // waits for arguments that queued launches make
+  std::vector<abi::Buffer*> out(outputs_.size());
+  abi::Buffer** out_ptr = out.data();
+  launch(device, args, out_ptr, op_name, launch_id);
+  std::vector<BufferPtr> result;
+  for (size_t i = 0; i < out.size(); ++i)
+    result.push_back(std::make_shared<Buffer>(client_, out[i], outputs_[i].type, outputs_[i].dims, device, op_name));
+  return result;
 }
 
 std::vector<BufferPtr> Executable::execute(int device, const std::vector<const Buffer*>& args,
@@ -923,7 +936,8 @@ BufferPtr Client::copy_to_device(const Buffer& buffer, int device) const {
 }
 
 ExecutablePtr Client::compile(const std::string& mlir, std::vector<TensorSpec> inputs,
-                              std::vector<TensorSpec> outputs) const {
+                              std::vector<TensorSpec> outputs, const std::string* options) const {
+  if (!options) options = &compile_options_;
   abi::Program program{};
   program.struct_size = sizeof program;
   program.code = mlir.data();
@@ -933,8 +947,8 @@ ExecutablePtr Client::compile(const std::string& mlir, std::vector<TensorSpec> i
   abi::ClientCompileArgs args{};
   args.client = handle_;
   args.program = &program;
-  args.compile_options = compile_options_.data();
-  args.compile_options_size = compile_options_.size();
+  args.compile_options = options->data();
+  args.compile_options_size = options->size();
   plugin_->call(abi::kClientCompile, args, "PJRT_Client_Compile");
   return std::make_shared<Executable>(*this, args.executable, std::move(inputs), std::move(outputs));
 }

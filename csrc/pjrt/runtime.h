@@ -203,6 +203,11 @@ class Executable : public std::enable_shared_from_this<Executable> {
   static std::vector<BufferPtr> dispatch(const std::shared_ptr<const Executable>& exe, int device,
                                          std::vector<BufferPtr> args, std::vector<char> donated,
                                          const char* op_name);
+  // One participant's launch of a collective program (compiled with a replica per participant): from the
+  // calling thread, never the dispatch thread, since it returns only once every participant has launched
+  // with the same `launch_id` (one per collective of a group, the same on every participant).
+  std::vector<BufferPtr> execute_collective(int device, const std::vector<const Buffer*>& args, int launch_id,
+                                            const char* op_name) const;
   // Whether launches go through the dispatch thread (TORCH_PJRT_DISPATCH=0 turns it off).
   static bool dispatching();
   // Waits until every dispatched launch so far has called Execute.
@@ -222,7 +227,8 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // Whether `b` can be argument `i`: its type and dims, or (Client::linear_layouts) its type and count.
   bool fits(const Buffer& b, size_t i) const;
   // Calls Execute; fills `out` (outputs_.size() handles).
-  void launch(int device, const std::vector<const Buffer*>& args, abi::Buffer** out, const char* op_name) const;
+  void launch(int device, const std::vector<const Buffer*>& args, abi::Buffer** out, const char* op_name,
+              int launch_id = 0) const;
 
   const Client& client_;
   abi::LoadedExecutable* handle_;
@@ -270,9 +276,10 @@ class Client {
                       const char* producer = "host_to_device") const;
   BufferPtr copy_to_device(const Buffer& buffer, int device) const;
 
-  // Compiles StableHLO text for one device (portable: runs on any device of this client).
-  ExecutablePtr compile(const std::string& mlir, std::vector<TensorSpec> inputs,
-                        std::vector<TensorSpec> outputs) const;
+  // Compiles StableHLO text for one device (portable: runs on any device of this client), or with
+  // `options` (serialized CompileOptionsProto) when given.
+  ExecutablePtr compile(const std::string& mlir, std::vector<TensorSpec> inputs, std::vector<TensorSpec> outputs,
+                        const std::string* options = nullptr) const;
   ExecutablePtr deserialize(const std::string& bytes, std::vector<TensorSpec> inputs,
                             std::vector<TensorSpec> outputs) const;
   // The serialized CompileOptionsProto every compile passes (part of the disk cache's identity).

@@ -24,7 +24,7 @@ def info() -> int:
         print(f"  tpu:{d['index']}  kind={d['kind']}  id={d['id']}  {d['description']}")
     from . import distributed
 
-    print(f"torch.distributed: backend {distributed.BACKEND!r}, transport {distributed.transport()} "
+    print(f"torch.distributed: backend {distributed.BACKEND!r}; ranks in several processes: host transport "
           f"({distributed.transport_reason()})")
     return 0
 

@@ -4,40 +4,69 @@ Registered when torch_pjrt loads, as the default backend of the "tpu" device, so
 ``init_process_group()``, ``init_process_group("tpu_dist")`` and ``init_process_group("cpu:gloo,tpu:tpu_dist")``
 all work, and DDP, FSDP2, DTensor and the functional collectives run on "tpu" tensors.
 
-The backend is C++ (csrc/distributed/). Its transport is host staging through torch's gloo backend: each
-collective copies its inputs to the host once, runs there, and copies its outputs back once. The CPU plugin
-cannot run collectives across processes, so this is its transport; GPU and TPU plugins take it too until the
-collective-program transport lands (``transport()`` says which one runs).
+The backend is C++ (csrc/distributed/), with two transports, chosen per group: programs (collectives as
+StableHLO programs over the devices of this process's PJRT client, where every rank of the group drives one
+of them) and host staging through torch's gloo backend (each collective copies its inputs to the host once,
+runs there, and copies its outputs back once), for ranks in several processes, which the CPU plugin cannot
+connect. ``transport()`` says which one a group runs.
 """
 
 import functools
+import os
 
+import torch
 import torch.distributed as dist
 
 from . import _C
 
 BACKEND = "tpu_dist"
-__all__ = ["BACKEND", "transport", "metrics"]
+__all__ = ["BACKEND", "transport", "transport_reason", "metrics"]
 
 
-def transport() -> str:
-    """The transport tpu_dist uses with this process's PJRT client: 'host' (device to host, gloo, host to
-    device). See :func:`transport_reason` for why."""
-    return "host"
+_transports = {}  # group name -> the transport its backend took in this process
+
+
+def transport(group=None) -> str:
+    """The transport of `group`'s tpu_dist backend in this process (default: the default group's):
+    'programs' (collectives as programs over this client's devices) or 'host' (device to host, gloo, host
+    to device). Before any group exists: what a group of several processes takes. See :func:`transport_reason`."""
+    if group is None and dist.is_initialized():
+        group = dist.group.WORLD
+    if group is not None and not isinstance(group, str):
+        group = dist.distributed_c10d._get_process_group_name(group)
+    return _transports.get(group, "host")
 
 
 def transport_reason() -> str:
-    """Why :func:`transport` is what it is for the loaded plugin."""
+    """Why a group of ranks in several processes takes the host transport with the loaded plugin."""
     kind = _C._plugin_info().get("kind")
     if kind == "cpu":
-        return "the CPU plugin cannot run collectives across processes: it ignores the key-value store callbacks"
-    return "collective programs over the plugin's own interconnect are not implemented yet"
+        return ("the CPU plugin cannot run collectives across processes: it ignores the key-value store callbacks; "
+                "ranks that are threads of one process use programs over its TORCH_PJRT_CPU_DEVICES devices")
+    return "a PJRT client spanning processes (node_id, num_nodes, a key-value store) is not created yet"
 
 
 def metrics() -> dict:
-    """The transport, the collectives run through tpu_dist in this process and the bytes staged each way."""
+    """The default group's transport, the collectives run through tpu_dist in this process (of which the
+    program transport ran ``program_collectives``) and the bytes the host transport staged each way."""
     _C._init_distributed()
     return {"transport": transport(), **_C._distributed._counters()}
+
+
+def _group_devices(opts):
+    """The client's device of every rank of the group when every rank drives a device of this process's
+    client (ranks that are threads of one process), else [] (the host transport).
+    TORCH_PJRT_DIST_TRANSPORT=host forces the host transport."""
+    if opts.group_size < 2 or os.environ.get("TORCH_PJRT_DIST_TRANSPORT", "auto") == "host":
+        return []
+    store, me = opts.store, f"{os.getpid()}:{torch.tpu.current_device()}"
+    store.set(f"tpu_dist/where/{opts.group_rank}", me)
+    keys = [f"tpu_dist/where/{r}" for r in range(opts.group_size)]
+    store.wait(keys, opts.timeout)
+    where = [store.get(k).decode() for k in keys]
+    pids = {w.split(":")[0] for w in where}
+    devices = [int(w.split(":")[1]) for w in where]
+    return devices if pids == {str(os.getpid())} and len(set(devices)) == len(devices) else []
 
 
 def _create_backend(opts, pg_options):
@@ -47,8 +76,10 @@ def _create_backend(opts, pg_options):
     _C._init_distributed()
     ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
     host = ProcessGroupGloo(PrefixStore("tpu_dist/host/", opts.store), opts.group_rank, opts.group_size, opts.timeout)
-    return _C._distributed.TpuBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout, opts.group_id or "",
-                                      ranks, host)
+    backend = _C._distributed.TpuBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                                         opts.group_id or "", ranks, host, _group_devices(opts))
+    _transports[opts.group_id or ""] = backend.transport
+    return backend
 
 
 def _set_default_backend_type(helper):
