@@ -2,7 +2,7 @@
 tensors: what host staging (device -> host, gloo, host -> device) and the ranks' agreement before each
 collective (TORCH_PJRT_DIST_CHECKS) cost, for an all-reduce and for a DDP training step.
 
-    python bench/collectives.py [--rounds 7] [--sample-s 0.2] [--only allreduce|ddp]    # ~75 s on 2 cores
+    python bench/collectives.py [--rounds 7] [--sample-s 0.2] [--only allreduce|ddp]    # 1-2 minutes on 2 cores
 
 starts its own torchrun of 2 processes on this machine and prints rank 0's report and the launch's wall time.
 Each process gets one thread per pool (TORCH_PJRT_CPU_THREADS=1 TORCH_PJRT_KERNEL_THREADS=1 OMP_NUM_THREADS=1:
@@ -299,7 +299,7 @@ def summary(ar, ddp):
 
 
 def worker(args):
-    import torch_pjrt  # noqa: F401  (here, not at the top: the launching process starts no PJRT client)
+    import torch_pjrt.distributed  # here, not at the top: the launching process starts no PJRT client
 
     # The default group measures tpu_dist as a user gets it, agreement on, whatever the environment says.
     os.environ.pop(CHECKS, None)
@@ -316,6 +316,10 @@ def worker(args):
     if not on or off:
         raise RuntimeError(f"the agreement is {'on' if on else 'off'} on the default group and "
                            f"{'on' if off else 'off'} on the {CHECKS}=0 group: on and off expected")
+    if dist.get_rank() == 0:
+        # ranks in separate processes take the host transport (tpu_dist's programs need every rank on one client)
+        print(f"tpu_dist transport: {torch_pjrt.distributed.transport(dist.group.WORLD)} "
+              f"(no chk group: {torch_pjrt.distributed.transport(unchecked)})", flush=True)
     ar = allreduce_bench(args, device, unchecked) if args.only in (None, "allreduce") else None
     ddp = ddp_bench(args, device, unchecked) if args.only in (None, "ddp") else None
     if dist.get_rank() == 0:

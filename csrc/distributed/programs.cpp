@@ -16,18 +16,18 @@ using hlo::Builder;
 using hlo::Value;
 
 // The reduction of two scalars for `op` on elements of type `t`, or nullptr where a program cannot do it.
+// XLA's collectives take the reductions it recognises (add, multiply, minimum, maximum, and and or of
+// booleans): bitwise reductions of integers (XLA:CPU: "Unsupported reduction computation") take the host.
 const char* combiner(const c10d::ReduceOp& op, at::ScalarType t) {
   bool pred = t == at::kBool;
-  bool integral = at::isIntegralType(t, /*includeBool=*/true);
   bool complex = at::isComplexType(t);
   switch (op.op_) {
     case c10d::ReduceOp::SUM: case c10d::ReduceOp::AVG: return pred ? "or" : "add";
     case c10d::ReduceOp::PRODUCT: return complex ? nullptr : pred ? "and" : "multiply";
     case c10d::ReduceOp::MIN: return complex ? nullptr : pred ? "and" : "minimum";
     case c10d::ReduceOp::MAX: return complex ? nullptr : pred ? "or" : "maximum";
-    case c10d::ReduceOp::BAND: return integral ? "and" : nullptr;
-    case c10d::ReduceOp::BOR: return integral ? "or" : nullptr;
-    case c10d::ReduceOp::BXOR: return integral ? "xor" : nullptr;
+    case c10d::ReduceOp::BAND: return pred ? "and" : nullptr;
+    case c10d::ReduceOp::BOR: return pred ? "or" : nullptr;
     default: return nullptr;  // PREMUL_SUM: the host transport
   }
 }
@@ -59,12 +59,20 @@ void ProgramTransport::run(const std::string& mlir, const at::Tensor& in, at::Te
   pjrt::TensorSpec in_spec{element_type(in.scalar_type()), in.sizes().vec()};
   pjrt::TensorSpec out_spec{element_type(out.scalar_type()), out.sizes().vec()};
   auto exe = session.programs().get(mlir, {in_spec}, {out_spec}, options);
-  // The input as a buffer of exactly its shape: a fresh contiguous copy on the device unless the tensor
-  // already is its whole storage.
-  at::Tensor dense = in.is_contiguous() && covers_storage(in) ? in : in.clone(at::MemoryFormat::Contiguous);
-  pjrt::BufferPtr buffer = buffer_of(handle_of(dense));
+  // The input as a buffer of exactly its shape and type: a fresh contiguous copy on the device unless the
+  // tensor already is its whole storage in its own shape and type (a dtype view, as view_as_real, is not).
+  auto fits = [&](const pjrt::BufferPtr& b) { return b && b->dims() == in_spec.dims && b->type() == in_spec.type; };
+  at::Tensor dense = in;
+  pjrt::BufferPtr buffer;
+  if (in.is_contiguous() && covers_storage(in)) buffer = buffer_of(handle_of(in));
+  if (!fits(buffer)) {
+    dense = in.clone(at::MemoryFormat::Contiguous);
+    buffer = buffer_of(handle_of(dense));
+  }
   raise_if_poisoned(handle_of(dense));
-  TORCH_CHECK(buffer && buffer->dims() == in_spec.dims, "tpu_dist: ", name, ": no dense buffer for the input");
+  TORCH_CHECK(fits(buffer), "tpu_dist: ", name,
+              ": no dense buffer for the input ", in.scalar_type(), in.sizes(), " (buffer ",
+              buffer ? c10::str(buffer->dims()) : std::string("none"), ")");
   // Every rank launches the same program with the same id; the plugin pairs the replicas by it.
   int launch_id = static_cast<int>((salt_ * 1000003 + seq_++) & 0x3fffffff);
   std::vector<pjrt::BufferPtr> result;
