@@ -324,6 +324,36 @@ def run_ddp(compile=False):
     return (losses, full_params(model)), ref, TOL, compiled_summary() if compile else ""
 
 
+def run_accelerate():
+    """Accelerate's own data-parallel path: Accelerator() under torchrun sees a multi-process "tpu" run, puts
+    each process on its tpu:LOCAL_RANK and wraps the model in DDP (the CPU run: MULTI_CPU, gloo)."""
+    from accelerate import Accelerator
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    data = mlp_data()
+    ref = reference_mlp(data)
+    accelerator = Accelerator(cpu=DEVICE_KIND == "cpu")
+    want = "MULTI_TPU" if DEVICE_KIND == "tpu" else "MULTI_CPU"
+    state = accelerator.state
+    if state.distributed_type.name != want or accelerator.num_processes != WORLD or accelerator.device != DEVICE:
+        raise Mismatch(f"Accelerator sees {state.distributed_type.name}, {accelerator.num_processes} processes, device "
+                       f"{accelerator.device}; expected {want}, {WORLD}, {DEVICE}")
+    model = accelerator.prepare(make_mlp())
+    opt = sgd(model.parameters())
+    if not isinstance(model, DDP):
+        raise Mismatch(f"Accelerator.prepare gave a {type(model).__name__}, not DDP")
+    losses = []
+    for x, y in data:
+        x, y = shard(x).to(accelerator.device), shard(y).to(accelerator.device)
+        loss = F.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        losses.append(accelerator.gather(loss.detach()[None]).mean().item())
+    accelerator.wait_for_everyone()
+    return (losses, full_params(model)), ref, TOL, f" distributed_type={state.distributed_type.name}"
+
+
 def fsdp_mlp(mp_policy=None, compile=False):
     """The MLP with fully_shard on every Linear (reshard_after_forward=True), then on the root.
 
@@ -503,6 +533,7 @@ def run_tp_llama():
 
 SCENARIOS = {
     "ddp": run_ddp,
+    "accelerate": run_accelerate,
     "fsdp": run_fsdp,
     "fsdp_mp": run_fsdp_mp,
     "tp_mlp": run_tp_mlp,
