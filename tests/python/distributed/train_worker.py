@@ -335,7 +335,9 @@ def run_accelerate():
     accelerator = Accelerator(cpu=DEVICE_KIND == "cpu")
     want = "MULTI_TPU" if DEVICE_KIND == "tpu" else "MULTI_CPU"
     state = accelerator.state
-    if state.distributed_type.name != want or accelerator.num_processes != WORLD or accelerator.device != DEVICE:
+    device = accelerator.device
+    same_device = device.type == DEVICE.type and (DEVICE.index is None or device.index == DEVICE.index)
+    if state.distributed_type.name != want or accelerator.num_processes != WORLD or not same_device:
         raise Mismatch(f"Accelerator sees {state.distributed_type.name}, {accelerator.num_processes} processes, device "
                        f"{accelerator.device}; expected {want}, {WORLD}, {DEVICE}")
     model = accelerator.prepare(make_mlp())
