@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include "aten/storage.h"
+
 namespace torch_pjrt::distributed {
 
 namespace {
@@ -102,9 +104,9 @@ at::Tensor host_buffer(const at::Tensor& t, const Wire& w) {
 }
 
 at::Tensor to_host(const at::Tensor& t, const Wire& w) {
-  // The one device-to-host copy: into a contiguous host tensor of the device tensor's dtype.
-  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).memory_format(at::MemoryFormat::Contiguous));
-  host.copy_(t);
+  // The one device-to-host copy: the plugin writes a new contiguous host tensor of the device tensor's dtype
+  // (copy_ into a host tensor would copy it once more). A CPU tensor is copied, never aliased.
+  at::Tensor host = t.is_cpu() ? t.clone(at::MemoryFormat::Contiguous) : download(t);
   counters().bytes_to_host += host.nbytes();
   switch (w.kind) {
     case Wire::kSame: return host;
