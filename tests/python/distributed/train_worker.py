@@ -255,8 +255,7 @@ def sgd(params, lr=0.1):
 # References (single process, CPU, float32, full global batch)
 
 
-def reference_mlp(data):
-    model = make_mlp()
+def reference_mse(model, data):
     opt = sgd(model.parameters())
     losses = []
     for x, y in data:
@@ -266,19 +265,14 @@ def reference_mlp(data):
         opt.zero_grad()
         losses.append(loss.item())
     return losses, full_params(model)
+
+
+def reference_mlp(data):
+    return reference_mse(make_mlp(), data)
 
 
 def reference_tp_mlp(data):
-    model = make_tp_mlp()
-    opt = sgd(model.parameters())
-    losses = []
-    for x, y in data:
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return losses, full_params(model)
+    return reference_mse(make_tp_mlp(), data)
 
 
 def reference_llama(data):
