@@ -14,6 +14,9 @@ program is compiled through the program cache (memory and disk) and runs on the 
   the host, so writing them back does not wait for the device.
 - A graph with an op that has no row (after decompositions) runs eagerly op by op, with a warning naming
   the ops (``TORCH_PJRT_FALLBACK=error``, i.e. ``set_fallback_policy("error")``, makes it an error).
+- A graph with functional collectives (DTensor's redistributions under torch.compile) is lowered in pieces:
+  a program for each stretch between collectives, the collectives run by the device's c10d backend
+  (tpu_dist) in between, so that no rank's program waits inside for another rank's.
 - Shapes are static: a graph that Dynamo hands over with symbolic shapes (``dynamic=True``, or automatic
   dynamic shapes after a recompile) is specialised here per distinct input shapes, each its own program.
 - A plain ``torch.compile(model)`` (Inductor) whose inputs are on "tpu" is routed to this backend:
@@ -703,12 +706,59 @@ def _eager(gm, reason):
     return make_boxed_func(gm.forward)
 
 
+def _is_collective(node):
+    """A functional collective (DTensor's redistributions, funcol calls): run by tpu_dist, between programs."""
+    target = node.target if node.op == "call_function" else None
+    return isinstance(target, torch._ops.OpOverload) and target.namespace in ("_c10d_functional", "_dtensor")
+
+
+class _Boxed(torch.nn.Module):
+    """A lowered piece of a split graph, called as a submodule (unboxed) by the graph around it."""
+
+    def __init__(self, compiled):
+        super().__init__()
+        self.compiled = compiled
+
+    def forward(self, *args):
+        return self.compiled(list(args))
+
+
+def _lower_split(gm, name):
+    """A graph with collectives: the pieces between them lowered as one program each, the collectives (and
+    their waits) run eagerly through the device's c10d backend in between. Pieces are cut where the graph
+    switches between collectives and other nodes, in its order."""
+    from torch.fx.passes.split_module import split_module
+
+    part, last, parts = 0, None, {}
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output", "get_attr"):
+            continue
+        kind = _is_collective(node)
+        if last is not None and kind != last:
+            part += 1
+        parts[node], last = part, kind
+    split = split_module(gm, None, lambda node: parts[node], keep_original_order=True)
+    pieces = 0
+    for sub_name, sub in list(split.named_children()):
+        if any(_is_collective(n) for n in sub.graph.nodes):
+            continue
+        setattr(split, sub_name, _Boxed(_Lowering(sub, f"{name}_{sub_name}").lower()))
+        pieces += 1
+    return pieces, split
+
+
 def _graph_compiler(kind):
     def compile_graph(gm, example_inputs):
+        from torch._functorch.aot_autograd import make_boxed_func
         from torch.utils._python_dispatch import _disable_current_modes
 
         try:
             with _disable_current_modes():  # AOTAutograd's fake mode: lowering runs on real meta tensors
+                if any(_is_collective(n) for n in gm.graph.nodes):
+                    pieces, split = _lower_split(gm, f"graph_{kind}")
+                    stats["graphs_lowered"] += 1
+                    stats["collective_splits"] = stats.get("collective_splits", 0) + pieces
+                    return make_boxed_func(split.forward)
                 compiled = _Lowering(gm, f"graph_{kind}").lower()
             stats["graphs_lowered"] += 1
             return compiled

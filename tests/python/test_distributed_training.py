@@ -1,5 +1,5 @@
 """Two-process training with torch.distributed (DDP, Accelerate's DDP, FSDP2, FSDP2 mixed precision, DTensor tensor
-parallelism on an MLP and on a tiny Llama, DDP and FSDP2 under torch.compile), each checked by the worker against a
+parallelism on an MLP and on a tiny Llama, DDP, FSDP2 and the TP MLP under torch.compile), each checked by the worker against a
 single-process float32 CPU reference: per-step losses and final parameters within 1e-5 (fsdp_mp: against a
 bfloat16 emulation; see distributed/train_worker.py for the tolerances and their reasons).
 
@@ -20,7 +20,7 @@ DEVICE = os.environ.get("DIST_DEVICE", "tpu")
 GROUPS = {
     "plain": ["ddp", "accelerate", "fsdp", "fsdp_mp", "tp_mlp"],
     # transformers' import and Dynamo's first compile are the slow parts: together in one launch
-    "llama_compile": ["tp_llama", "ddp_compile", "fsdp_compile"],
+    "llama_compile": ["tp_llama", "ddp_compile", "fsdp_compile", "tp_compile"],
 }
 SCENARIO_GROUP = {s: g for g, ss in GROUPS.items() for s in ss}
 

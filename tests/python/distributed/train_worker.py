@@ -135,6 +135,15 @@ def compiled_summary():
     return f" graphs={len(GRAPHS)} graph_ops={sum(GRAPHS)}"
 
 
+def split_pieces():
+    """Program pieces the "tpu" backend lowered from graphs that hold collectives, so far."""
+    if DEVICE_KIND != "tpu":
+        return 0
+    from torch_pjrt import dynamo
+
+    return dynamo.stats.get("collective_splits", 0)
+
+
 def shard(t):
     """This rank's rows of a global batch (data parallel)."""
     n = t.shape[0] // WORLD
@@ -472,7 +481,10 @@ def tp_mesh():
     return init_device_mesh(DEVICE.type, (WORLD,))
 
 
-def run_tp_mlp():
+def run_tp_mlp(compile=False):
+    """compile: the whole TP model under torch.compile; its graphs hold DTensor's collectives (the forward's
+    all-reduce of the row-parallel partial products, the backward's of the column-parallel input gradient),
+    which run through the device's backend between the graph's lowered pieces."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     data = tp_mlp_data()
@@ -483,15 +495,19 @@ def run_tp_mlp():
     parallelize_module(model, tp_mesh(), {"up": ColwiseParallel(), "down": RowwiseParallel()})
     require_sharded(model, 3)  # up.weight, up.bias, down.weight (down.bias is a replicated DTensor)
     opt = sgd(model.parameters())
+    fwd = compiled(model) if compile else model
+    splits = split_pieces()
     losses = []
     for x, y in data:
         x, y = x.to(DEVICE), y.to(DEVICE)  # TP: every rank gets the whole batch
-        loss = F.mse_loss(model(x), y)
+        loss = F.mse_loss(fwd(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
-    return (losses, full_params(model)), ref
+    if compile and DEVICE_KIND == "tpu" and split_pieces() == splits:
+        raise Mismatch("the compiled TP graphs were not lowered in pieces around their collectives")
+    return (losses, full_params(model)), ref, TOL, compiled_summary() if compile else ""
 
 
 def run_tp_llama():
@@ -535,6 +551,7 @@ SCENARIOS = {
     "tp_mlp": run_tp_mlp,
     "tp_llama": run_tp_llama,
     "ddp_compile": lambda: run_ddp(compile=True),
+    "tp_compile": lambda: run_tp_mlp(compile=True),
     "fsdp_compile": lambda: run_fsdp(compile=True),
 }
 
