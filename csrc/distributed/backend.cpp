@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include "aten/fused.h"
+#include "aten/storage.h"
 
 namespace torch_pjrt::distributed {
 
@@ -91,6 +92,9 @@ void TpuBackend::check_tensors(const char* collective, const std::vector<at::Ten
     auto type = t.device().type();
     TORCH_CHECK(type == c10::DeviceType::PrivateUse1 || type == c10::DeviceType::CPU, "tpu_dist: ", collective,
                 " takes tpu (or cpu) tensors, not a tensor on ", t.device(), " (", shape_of(t), ")");
+    // A collective is a sync point: a failure pending on a tensor raises here, before this rank joins the
+    // others (which then report it as missing within the timeout rather than wait in the collective).
+    if (type == c10::DeviceType::PrivateUse1) raise_if_poisoned(handle_of(t));
   }
 }
 
