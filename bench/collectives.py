@@ -325,6 +325,10 @@ def worker(args):
     if dist.get_rank() == 0:
         summary(ar, ddp)
     dist.destroy_process_group()
+    # torch 2.13's teardown of a process that ran DDP over gloo aborts now and then at exit (without torch_pjrt
+    # too; tests/python/distributed/teardown.py): end here, every result printed.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def main():

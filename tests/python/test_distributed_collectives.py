@@ -32,8 +32,7 @@ def _sections():
 
 
 SECTIONS = _sections()
-# On 2 cores: ~15 s for the tpu_dist launch (6 s of it two checks that wait out a 3 s timeout while the
-# backend's isend blocks), ~6 s for each short one, warm or cold program cache alike.
+# On 2 cores: ~10-15 s for the tpu_dist launch, ~6 s for each short one, warm or cold program cache alike.
 LAUNCHES = {"tpu_dist": SECTIONS, "default": ["init"], "mixed": ["init"]}
 ENV = {"DIST_DEVICE": "tpu", "TORCH_PJRT_FALLBACK": "error"}
 

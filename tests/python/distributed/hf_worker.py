@@ -46,6 +46,7 @@ from unittest import mock  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from teardown import finish  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 if DEVICE == "tpu":
@@ -329,6 +330,7 @@ def main(argv):
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+    finish(0)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import torch_pjrt
+from teardown import finish  # noqa: E402
 
 STEPS = 10
 TOL = 1e-5
@@ -170,6 +171,7 @@ def main(names):
         SCENARIOS[name]()
         dist.barrier()
     dist.destroy_process_group()
+    finish(0)
 
 
 if __name__ == "__main__":

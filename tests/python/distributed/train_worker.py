@@ -57,6 +57,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from teardown import finish  # noqa: E402
 
 STEPS = 10
 TOL = 1e-5
@@ -650,7 +651,7 @@ def main(argv):
     dist.destroy_process_group()
     if failed:
         print(f"train_worker: rank {RANK}: mismatch in {failed}", file=sys.stderr, flush=True)
-        sys.exit(1)
+    finish(1 if failed else 0)
 
 
 if __name__ == "__main__":
