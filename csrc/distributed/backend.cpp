@@ -45,6 +45,30 @@ std::exception_ptr backend_error(const std::string& msg) {
   return std::make_exception_ptr(c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, __LINE__}, msg));
 }
 
+// A Work completed through its future. torch's Work::create_from_future waits without rethrowing the future's
+// error, so a collective that failed on the host (gloo's timeout) would return as if done: this one raises.
+class FutureWork final : public c10d::Work {
+ public:
+  explicit FutureWork(c10::intrusive_ptr<c10::ivalue::Future> future)
+      : c10d::Work(-1, c10d::OpType::UNKNOWN), future_(std::move(future)) {}
+  bool isCompleted() override { return future_->completed(); }
+  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
+  std::exception_ptr exception() const override {
+    return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+  }
+  std::vector<at::Tensor> result() override { return future_->value().toTensorVector(); }
+  // The host library's own timeout (the group's) bounds the wait.
+  bool wait(std::chrono::milliseconds) override {
+    future_->wait();
+    if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
 template <typename T>
 T reduce_opts(const T& opts, c10d::ReduceOp op) {
   T o = opts;
@@ -76,7 +100,7 @@ WorkPtr TpuBackend::done(std::vector<at::Tensor> outputs) {
   counters().program_collectives++;
   auto result = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
   result->markCompleted(c10::IValue(std::move(outputs)));
-  return c10d::Work::create_from_future(result);
+  return c10::make_intrusive<FutureWork>(result);
 }
 
 void TpuBackend::setTimeout(std::chrono::milliseconds timeout) {
@@ -155,7 +179,7 @@ WorkPtr TpuBackend::run(const char* collective, std::vector<at::Tensor> outputs,
     c10::collectAll(futures)->addCallback(
         [complete](c10::ivalue::Future& f) { complete(f.hasError() ? f.exception_ptr() : nullptr); });
   }
-  return c10d::Work::create_from_future(result);
+  return c10::make_intrusive<FutureWork>(result);
 }
 
 WorkPtr TpuBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {

@@ -6,7 +6,7 @@ never a hang. The scenarios live in distributed/mpmd_worker.py."""
 import pytest
 from torchrun import expect_ok
 
-SCENARIOS = ["mpmd", "mismatch", "missing"]
+SCENARIOS = ["mpmd", "mismatch", "missing", "missing_unchecked"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -11,6 +11,8 @@ Run under torchrun with 2 processes (tests/python/test_distributed_mpmd.py launc
             each rank's call; the group still works afterwards.
   missing   rank 0 calls an all_reduce that rank 1 never calls, on a group whose timeout is 3 s: rank 0 raises
             within the timeout, naming rank 1 as missing; no hang.
+  missing_unchecked  the same with the agreement off (TORCH_PJRT_DIST_CHECKS=0): gloo's timeout ends it, and the
+            error names the collective and the group.
 
 Each prints `OK <scenario> ...` on rank 0, or exits non-zero.
 """
@@ -159,7 +161,30 @@ def run_missing():
     dist.barrier()
 
 
-SCENARIOS = {"mpmd": run_mpmd, "mismatch": run_mismatch, "missing": run_missing}
+def run_missing_unchecked():
+    """The same with the agreement off (TORCH_PJRT_DIST_CHECKS=0, read when a group's backend is made): the host
+    library's own timeout ends the collective, and the error still names the collective and the group."""
+    os.environ["TORCH_PJRT_DIST_CHECKS"] = "0"
+    try:
+        group = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=3))
+    finally:
+        del os.environ["TORCH_PJRT_DIST_CHECKS"]
+    t = torch.ones(4, device=DEVICE)
+    if RANK == 0:
+        start = time.perf_counter()
+        msg = expect_error(lambda: dist.all_reduce(t, group=group), "tpu_dist: allreduce on group", "global ranks [0, 1]",
+                           "failed on global rank 0")
+        took = time.perf_counter() - start
+        if took > 30:
+            fail(f"the collective ended after {took:.1f} s, not about 3 s")
+        if not torch.equal(t.cpu(), torch.ones(4)):
+            fail("a failed all_reduce changed its tensor")
+        say(f"OK missing_unchecked after {took:.1f}s: " + msg[:200])
+    dist.barrier()
+
+
+SCENARIOS = {"mpmd": run_mpmd, "mismatch": run_mismatch, "missing": run_missing,
+             "missing_unchecked": run_missing_unchecked}
 
 
 def main(names):
