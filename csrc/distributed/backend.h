@@ -1,11 +1,13 @@
 // "tpu_dist": torch.distributed's c10d backend for "tpu" tensors (DESIGN.md, layers; docs/distributed.md).
 //
-// Transport: host staging. Every collective copies its inputs to the host once, runs the collective there
-// with torch's own gloo backend (made by the Python creator from the group's c10d Store, handed in as
-// `host`), and copies its outputs back once. This is the transport of every plugin that cannot reach
-// across processes (the CPU plugin ignores the key-value callbacks a multi-process client needs).
+// Two transports. Programs (programs.h) where every rank of the group drives a device of this process's
+// client, for the calls they can run. Host staging otherwise: every collective copies its inputs to the host
+// once, runs the collective there with torch's own gloo backend (made by the Python creator from the group's
+// c10d Store, handed in as `host`), and copies its outputs back once; the transport of ranks in several
+// processes (the CPU plugin ignores the key-value callbacks a multi-process client needs).
 // The Work returned is asynchronous: its future completes, with the output tensors, when gloo's work
-// and the copy back are done (on gloo's thread), so DDP's comm hooks chain on it as on NCCL's.
+// and the copy back are done (on gloo's thread), so DDP's comm hooks chain on it as on NCCL's; wait()
+// raises a failure.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
