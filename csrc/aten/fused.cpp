@@ -8,6 +8,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "aten/compile_log.h"
 #include "aten/errors.h"
 #include "aten/execution.h"
 #include "aten/generator.h"
@@ -159,6 +160,14 @@ void poison(const std::vector<PendingValue*>& outs, const std::shared_ptr<const 
   }
 }
 
+// Compile reasons: a stream's key parts are its ops, each with the call that made its eager entry.
+void note_stream(const Stream& s, const pjrt::Served& served) {
+  KeyFields fields;
+  for (size_t k = 0; k < s.ops.size(); ++k)
+    fields.push_back({"op " + std::to_string(k + 1), *s.ops[k].name + "(" + s.ops[k].entry->signature + ")", "op"});
+  note_program("fused eager stream", describe(s), std::move(fields), served);
+}
+
 std::shared_ptr<GraphProgram> build(const Stream& s, const std::vector<PendingValue*>& outs) {
   GraphBuilder gb("fused_eager");
   gb.runtime_scalars = true;
@@ -190,7 +199,10 @@ std::shared_ptr<GraphProgram> build(const Stream& s, const std::vector<PendingVa
   std::vector<int> ids;
   for (PendingValue* p : outs) ids.push_back(gid[p->value]);
   try {
-    return gb.compile(ids);
+    pjrt::Served served;
+    std::shared_ptr<GraphProgram> program = gb.compile(ids, &served);
+    note_stream(s, served);
+    return program;
   } catch (const std::exception& e) {
     throw std::runtime_error(describe(s) + " failed to compile: " + e.what());
   }
@@ -344,6 +356,10 @@ bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& sta
       if (stack[base + i].isGenerator()) gen = stack[base + i].toGenerator();
     op.rng = input_value(s, next_rng_state(device, gen));
   }
+  // The program takes an op's run-time scalars in the order GraphBuilder makes them (fused::build): the
+  // offsets of its dynamic reads, its arguments' scalars, the offsets of its dynamic writes.
+  const size_t first_scalar = s.scalars.size();
+  GraphProgram::Scalars read_offsets;
   auto tensor_arg = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined()) return t;
     if (t.device().type() != c10::DeviceType::PrivateUse1) {  // a Python number: a run-time scalar
@@ -353,6 +369,7 @@ bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& sta
     Read r;
     r.value = value_of(s, t.storage(), &r.form);
     r.view = view_form(t);
+    if (r.view.dynamic) read_offsets.emplace_back(ElementType::kS64, c10::Scalar(r.view.offset));
     s.key.push_back(r.value);
     op.reads.push_back(std::move(r));
     return placeholder();
@@ -398,6 +415,8 @@ bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& sta
       default: op.args.push_back(v); break;
     }
   }
+  s.scalars.insert(s.scalars.begin() + static_cast<std::ptrdiff_t>(first_scalar), read_offsets.begin(),
+                   read_offsets.end());
   // New tensors: pending storages of the results' memory-order values.
   for (const Sink& sink : entry.sinks) {
     if (!sink.new_tensor) continue;
@@ -425,6 +444,7 @@ bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& sta
     Write w;
     w.result = result++;
     w.view = view_form(t);
+    if (w.view.dynamic) s.scalars.emplace_back(ElementType::kS64, c10::Scalar(w.view.offset));
     w.from = value_of(s, t.storage(), &w.form);
     w.to = new_value(s);
     s.key.push_back(w.from);

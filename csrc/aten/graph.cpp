@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten/compile_log.h"
 #include "aten/errors.h"
 #include "aten/execution.h"
 #include "aten/generator.h"
@@ -111,13 +112,7 @@ pjrt::BufferPtr dense_input(const at::Tensor& t, const pjrt::TensorSpec& spec, c
     return buffer;
   }
   if (view.numel() == 0) return empty_input(h.device, spec);
-  std::vector<const pjrt::Buffer*> in;
-  if (buffer) in.push_back(buffer.get());
-  return run_program("materialize_graph_input", h.device, in,
-                     [&](hlo::Builder& b, const std::vector<hlo::Value>& a) {
-                       hlo::Value base = a.empty() ? hlo::Value{} : a[0];
-                       return std::vector<hlo::Value>{lowering::read_view(b, base, form, view)};
-                     })[0];
+  return materialize("materialize_graph_input", h.device, buffer, form, view);
 }
 
 // A private copy of `buffer` (an input to donate that something else still holds).
@@ -251,8 +246,16 @@ hlo::Value GraphBuilder::scalar_input(pjrt::ElementType type) {
   return b_.arg(hlo::Type{type, {}});
 }
 
+lowering::ViewForm GraphBuilder::with_offset_input(const lowering::ViewForm& view) {
+  if (!view.dynamic) return view;
+  TORCH_CHECK(runtime_scalars, name_, ": a view with a run-time offset needs run-time scalar inputs");
+  lowering::ViewForm v = view;
+  v.offset_value = scalar_input(pjrt::ElementType::kS64);
+  return v;
+}
+
 int GraphBuilder::read(int base, const lowering::BaseForm& form, const lowering::ViewForm& view) {
-  int id = add(lowering::read_view(b_, base < 0 ? hlo::Value{} : value(base), form, view));
+  int id = add(lowering::read_view(b_, base < 0 ? hlo::Value{} : value(base), form, with_offset_input(view)));
   layouts_.resize(values_.size());
   layouts_[id] = view.storage_order();
   return id;
@@ -261,7 +264,8 @@ int GraphBuilder::read(int base, const lowering::BaseForm& form, const lowering:
 int GraphBuilder::write(int base, const lowering::BaseForm& form, const lowering::ViewForm& view, int src,
                         lowering::BaseForm* new_form) {
   hlo::Value update = b_.convert(value(src), view.elem);
-  return add(lowering::write_view(b_, base < 0 ? hlo::Value{} : value(base), form, view, update, new_form));
+  return add(lowering::write_view(b_, base < 0 ? hlo::Value{} : value(base), form, with_offset_input(view), update,
+                                  new_form));
 }
 
 int GraphBuilder::transpose(int id, const std::vector<int64_t>& perm) {
@@ -281,7 +285,7 @@ int GraphBuilder::cast(int id, const OutSpec& spec) {
   return add(v);
 }
 
-std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids) {
+std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids, pjrt::Served* served) {
   auto p = std::make_shared<GraphProgram>();
   p->name_ = name_;
   p->label_ = intern_label(name_);
@@ -297,7 +301,19 @@ std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids)
   b_.ret(results);
   p->inputs_ = inputs_;
   p->num_tensor_inputs_ = num_tensor_inputs_;
-  p->exe_ = session_or_throw().programs().get(b_.module_text(name_), in_specs, out_specs);
+  pjrt::Served local;
+  p->exe_ = session_or_throw().programs().get(b_.module_text(name_), in_specs, out_specs, served ? served : &local);
+  if (!served) {  // a torch.compile graph: its key parts are its inputs
+    KeyFields fields;
+    std::string sig;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const auto& in = inputs_[i];
+      std::string text = in.rng ? "generator state" : in.spec.str();
+      fields.push_back({"input " + std::to_string(i), text, "input"});
+      sig += (i ? ", " : "") + text;
+    }
+    note_program(name_, sig, std::move(fields), local);
+  }
   return p;
 }
 

@@ -16,6 +16,7 @@
 
 #include "hlo/builder.h"
 #include "lowering/view.h"
+#include "pjrt/program_cache.h"
 #include "pjrt/runtime.h"
 
 namespace torch_pjrt {
@@ -101,7 +102,8 @@ class GraphBuilder {
   int scatter_view(int base, int src, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                    int64_t offset);
   // Fused eager's storage reads and writes, exactly as eager programs make them: `base` is the storage's
-  // base value of form `form` (-1 when the storage was never written), `view` a tensor over it.
+  // base value of form `form` (-1 when the storage was never written), `view` a tensor over it. A dynamic
+  // view's offset is the next run-time scalar input (a read's before its op's scalars, a write's after).
   int read(int base, const lowering::BaseForm& form, const lowering::ViewForm& view);
   // The new base value of that storage with `src` written through `view`; `new_form` its form.
   int write(int base, const lowering::BaseForm& form, const lowering::ViewForm& view, int src,
@@ -111,8 +113,9 @@ class GraphBuilder {
   int full(at::ScalarType dtype, const std::vector<int64_t>& sizes, const c10::Scalar& v);
   // A dense value of `id` converted and broadcast to `spec` (copy_ into a differently typed input).
   int cast(int id, const OutSpec& spec);
-  // Compiles the program returning `ids`.
-  std::shared_ptr<GraphProgram> compile(const std::vector<int>& ids);
+  // Compiles the program returning `ids`. Without `served`, a program new to this process is noted with its
+  // inputs as its key parts (compile_log.h); with it, the caller notes it.
+  std::shared_ptr<GraphProgram> compile(const std::vector<int>& ids, pjrt::Served* served = nullptr);
 
  private:
   std::string name_;
@@ -122,6 +125,8 @@ class GraphBuilder {
   size_t num_tensor_inputs_ = 0;
   int num_scalar_inputs_ = 0;
   hlo::Value scalar_input(pjrt::ElementType type);
+  // `view` with its run-time offset (a new scalar input) when it is dynamic.
+  lowering::ViewForm with_offset_input(const lowering::ViewForm& view);
   // Storage orders of the values fused eager read through views (lowering::Arg::layout: the hint rows
   // such as _grouped_mm read transposed weights by), by id; empty for the others.
   std::vector<hlo::Dims> layouts_;

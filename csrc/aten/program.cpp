@@ -1,5 +1,6 @@
 #include "aten/program.h"
 
+#include "aten/compile_log.h"
 #include "aten/errors.h"
 #include "aten/execution.h"
 
@@ -20,7 +21,17 @@ std::vector<pjrt::BufferPtr> run_program(
   for (const auto& r : results) out_specs.push_back({r.elem(), r.dims()});
   b.ret(results);
   return guarded(name, [&] {
-    auto exe = s.programs().get(b.module_text(), in_specs, out_specs);
+    pjrt::Served served;
+    auto exe = s.programs().get(b.module_text(), in_specs, out_specs, &served);
+    if (served.from != pjrt::Served::kMemory) {
+      KeyFields fields;
+      std::string sig;
+      for (size_t i = 0; i < in_specs.size(); ++i) {
+        fields.push_back({"input " + std::to_string(i), in_specs[i].str(), "input"});
+        sig += (i ? ", " : "") + in_specs[i].str();
+      }
+      note_program(name, sig, std::move(fields), served);
+    }
     auto outs = exe->execute(device, inputs, name);
     metrics().executions.fetch_add(1, std::memory_order_relaxed);
     return outs;
@@ -43,10 +54,23 @@ pjrt::BufferPtr dense_buffer(const at::Tensor& t) {
       !view.conj && !view.neg) {
     return buffer;  // same bytes in the same order; dims do not matter to a download
   }
-  return run_program("materialize_view", h.device, {buffer.get()},
-                     [&](hlo::Builder& b, const std::vector<hlo::Value>& a) {
-                       return std::vector<hlo::Value>{lowering::read_view(b, a[0], form, view)};
-                     })[0];
+  return materialize("materialize_view", h.device, buffer, form, view);
+}
+
+pjrt::BufferPtr materialize(const char* name, int device, const pjrt::BufferPtr& buffer,
+                            const lowering::BaseForm& form, const lowering::ViewForm& view) {
+  std::vector<const pjrt::Buffer*> in;
+  if (buffer) in.push_back(buffer.get());
+  pjrt::BufferPtr offset;
+  if (view.dynamic) {
+    offset = scalar_buffer(device, pjrt::ElementType::kS64, c10::Scalar(view.offset));
+    in.push_back(offset.get());
+  }
+  return run_program(name, device, in, [&](hlo::Builder& b, const std::vector<hlo::Value>& a) {
+    lowering::ViewForm v = view;
+    if (v.dynamic) v.offset_value = a.back();
+    return std::vector<hlo::Value>{lowering::read_view(b, buffer ? a[0] : hlo::Value{}, form, v)};
+  })[0];
 }
 
 pjrt::BufferPtr resized_base(const StorageHandle& h, const lowering::BaseForm& form, size_t nbytes) {

@@ -13,6 +13,11 @@ std::vector<pjrt::BufferPtr> run_program(
     const char* name, int device, const std::vector<const pjrt::Buffer*>& inputs,
     const std::function<std::vector<hlo::Value>(hlo::Builder&, const std::vector<hlo::Value>&)>& body);
 
+// View `view` of a storage's base `buffer` (of form `form`; null when never written) as a dense buffer, by a
+// program that takes a dynamic view's offset at run time (one program for a view at any offset).
+pjrt::BufferPtr materialize(const char* name, int device, const pjrt::BufferPtr& buffer,
+                            const lowering::BaseForm& form, const lowering::ViewForm& view);
+
 // The tensor's value as a dense buffer of its own dtype and shape (its base when that already is).
 // Null when the storage was never written.
 pjrt::BufferPtr dense_buffer(const at::Tensor& t);

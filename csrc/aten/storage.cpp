@@ -186,7 +186,21 @@ lowering::ViewForm view_form(const at::Tensor& t) {
   v.offset = t.storage_offset();
   v.conj = t.is_conj();
   v.neg = t.is_neg();
+  v.dynamic = offset_is_dynamic(t);
   return v;
+}
+
+bool offset_is_dynamic(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const int64_t n = impl->numel();
+  if (n == 0) return false;  // reads nothing: the offset changes nothing
+  const int64_t nbytes = static_cast<int64_t>(impl->unsafe_storage().nbytes());
+  const int64_t width = static_cast<int64_t>(impl->itemsize());
+  if (impl->storage_offset() != 0) return true;
+  if (impl->is_contiguous()) return n * width != nbytes;
+  int64_t extent = 1;
+  for (int64_t d = 0; d < impl->dim(); ++d) extent += (impl->size(d) - 1) * impl->stride(d);
+  return extent * width != nbytes;
 }
 
 bool covers_storage(const at::Tensor& t) {

@@ -80,6 +80,10 @@ inline StorageHandle& handle_of(const at::Tensor& t) { return handle_of(t.storag
 lowering::BaseForm base_form(const c10::Storage& storage);
 // The tensor's view form over its storage.
 lowering::ViewForm view_form(const at::Tensor& t);
+// True when programs take the tensor's storage offset at run time (lowering::ViewForm::dynamic): a view
+// of at least one element that does not span its whole storage from its start. Program keys then hold
+// no offset, so a view at any offset (t[i], x.narrow(0, i, n)) shares one program.
+bool offset_is_dynamic(const at::Tensor& t);
 // lowering::covers_storage of the tensor's forms (writing the tensor replaces its whole storage), without
 // building them where the tensor alone says (a dense tensor of at least one element).
 bool covers_storage(const at::Tensor& t);

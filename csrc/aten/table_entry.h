@@ -44,6 +44,7 @@ struct Entry {
   std::vector<OutSpec> results;          // the functional overload's results (fused eager lowers it)
   bool fallback = false;
   std::string fallback_reason;
+  std::string signature;  // the call that built it, for compile reasons ("self: f32[4, 8], other: f32[8]")
 };
 
 }  // namespace torch_pjrt

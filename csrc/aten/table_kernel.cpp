@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "aten/checks.h"
+#include "aten/compile_log.h"
 #include "aten/errors.h"
 #include "aten/execution.h"
 #include "aten/fallback.h"
@@ -48,6 +49,7 @@ enum Tag : int64_t {
   kCapacityTag = -7,  // a growable storage's base
   kGrowTag = -8,      // a growable concatenation
   kPresentTag = -9,   // an optional argument that is not None
+  kDynOffsetTag = -10,  // a view whose storage offset is a run-time input (offset_is_dynamic)
 };
 
 // Per-call facts gathered while building the key.
@@ -115,6 +117,7 @@ class TableKernel final : public c10::OperatorKernel {
       schema_args_ = schema.arguments().size();
       for (const auto& a : schema.arguments()) {
         kinds_.push_back(kind_of(a.real_type()));
+        names_.push_back(a.name());
         optional_.push_back(a.type()->kind() == c10::TypeKind::OptionalType);
         bool w = a.alias_info() && a.alias_info()->isWrite();
         written_.push_back(w);
@@ -198,7 +201,7 @@ class TableKernel final : public c10::OperatorKernel {
     key.push_back(dim);
     for (int64_t d : t.sizes()) key.push_back(d);
     for (int64_t s : t.strides()) key.push_back(s);
-    key.push_back(t.storage_offset());
+    key.push_back(offset_is_dynamic(t) ? kDynOffsetTag : t.storage_offset());
     key.push_back((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0));
     slot_key(t, key, call);
     // a write into a growable storage replaces it whole or not depending on its size
@@ -370,8 +373,9 @@ class TableKernel final : public c10::OperatorKernel {
                      bool* restart) {
     auto entry = std::make_unique<Entry>();
     entry->key = key_copy(*stack, base, call);
+    pjrt::Served served;
     try {
-      build_program(op, *stack, base, call, *entry, restart);
+      build_program(op, *stack, base, call, *entry, restart, &served);
     } catch (const c10::NotImplementedError& e) {
       // no meta kernel (or an unsupported dtype): not a user error, so the CPU may still run it
       entry->fallback = true;
@@ -390,11 +394,19 @@ class TableKernel final : public c10::OperatorKernel {
       entry->fallback_reason = std::string("shape inference failed: ") + e.what();
     }
     if (*restart) return nullptr;
+    if (!entry->fallback) note(*stack, base, *entry, served);
     metrics().cache_misses.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(mu_);
     auto& bucket = entries_[hash];
     bucket.push_back(std::move(entry));
     return bucket.back().get();
+  }
+
+  // Compile reasons (compile_log.h): the call's key parts, by argument name.
+  void note(const torch::jit::Stack& stack, size_t base, Entry& entry, const pjrt::Served& served) {
+    KeyFields fields = call_fields(stack, base, names_, kinds_, row_->flags & lowering::kBakeScalars,
+                                   row_->flags & lowering::kRuntimeFloats, &entry.signature);
+    note_program(name_, entry.signature, std::move(fields), served);
   }
 
   std::vector<int64_t> key_copy(const torch::jit::Stack& stack, size_t base, Call&) {
@@ -421,7 +433,7 @@ class TableKernel final : public c10::OperatorKernel {
   }
 
   void build_program(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t base, Call& call,
-                     Entry& entry, bool* restart) {
+                     Entry& entry, bool* restart, pjrt::Served* served) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     // 1. Shape inference and argument checks on meta tensors: the op itself (raises what CPU raises) ...
     MetaBases meta_bases;
@@ -546,6 +558,7 @@ class TableKernel final : public c10::OperatorKernel {
         return a;  // no layout hint: the strides are not part of the key
       }
       lowering::ViewForm view = view_form(t);
+      if (view.dynamic) view.offset_value = geometry_input(b, index, item, 0, in_specs, entry);
       a.value = lowering::read_view(b, slot_values[s], forms[s], view);
       a.layout = view.storage_order();
       return a;
@@ -605,12 +618,20 @@ class TableKernel final : public c10::OperatorKernel {
         add_new_tensor(r);
       }
       std::vector<at::Tensor> targets;
+      std::vector<std::pair<int, int>> target_args;  // (stack argument, list item or -1)
       for (size_t i = 0; i < schema_args_; ++i) {
         if (!written_[i]) continue;
         const c10::IValue& v = stack[base + i];
-        if (v.isTensor()) targets.push_back(v.toTensor());
-        else if (v.isTensorList())
-          for (const at::Tensor& t : v.toTensorList()) targets.push_back(t);
+        if (v.isTensor()) {
+          targets.push_back(v.toTensor());
+          target_args.emplace_back(static_cast<int>(i), -1);
+        } else if (v.isTensorList()) {
+          int item = 0;
+          for (const at::Tensor& t : v.toTensorList()) {
+            targets.push_back(t);
+            target_args.emplace_back(static_cast<int>(i), item++);
+          }
+        }
       }
       if (targets.size() != results.size() - first_written)
         throw hlo::Error(name_ + ": " + std::to_string(targets.size()) + " written tensors for " +
@@ -625,6 +646,8 @@ class TableKernel final : public c10::OperatorKernel {
                     " can't be cast to the desired output type ", targets[r].scalar_type());
         int s = slot_of(targets[r]);
         lowering::ViewForm view = view_form(targets[r]);
+        if (view.dynamic)
+          view.offset_value = geometry_input(b, target_args[r].first, target_args[r].second, 0, in_specs, entry);
         hlo::Value value = b.convert(results[first_written + r], view.elem);
         lowering::BaseForm new_form;
         slot_values[s] = lowering::write_view(b, slot_values[s], forms[s], view, value, &new_form);
@@ -641,7 +664,7 @@ class TableKernel final : public c10::OperatorKernel {
     entry.num_results = is_inplace_ || is_out_ ? new_returns_ : results.size();
     b.ret(program_outputs);
     auto& session = session_or_throw();
-    entry.exe = session.programs().get(b.module_text(name_for_module()), in_specs, out_specs);
+    entry.exe = session.programs().get(b.module_text(name_for_module()), in_specs, out_specs, served);
   }
 
   // Program arguments for the call's storages (their bases; none for a never-written storage).
@@ -761,7 +784,9 @@ class TableKernel final : public c10::OperatorKernel {
           p.sizes.push_back(geometry_input(b, 0, item, -1 - static_cast<int>(d), in_specs, *entry));
         }
       } else {
-        hlo::Value v = lowering::read_view(b, slot_values[s], forms[s], view_form(t));
+        lowering::ViewForm view = view_form(t);
+        if (view.dynamic) view.offset_value = geometry_input(b, 0, item, 0, in_specs, *entry);
+        hlo::Value v = lowering::read_view(b, slot_values[s], forms[s], view);
         p.flat = b.reshape(v, {t.numel()});
         p.offset = b.scalar_i(0, s64);
         int64_t stride = 1;
@@ -780,7 +805,10 @@ class TableKernel final : public c10::OperatorKernel {
     sink.grown = true;
     entry->sinks.push_back(sink);
     entry->num_results = 1;
-    entry->exe = session_or_throw().programs().get(b.module_text(name_for_module()), in_specs, {{elem, {capacity}}});
+    pjrt::Served served;
+    entry->exe =
+        session_or_throw().programs().get(b.module_text(name_for_module()), in_specs, {{elem, {capacity}}}, &served);
+    note(stack, base, *entry, served);
     metrics().cache_misses.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(mu_);
     auto& bucket = entries_[hash];
@@ -932,6 +960,7 @@ class TableKernel final : public c10::OperatorKernel {
   size_t schema_args_ = 0, functional_args_ = 0, functional_returns_ = 0;
   size_t new_returns_ = 0;  // returns that are new tensors (not aliases of arguments)
   std::vector<Kind> kinds_;
+  std::vector<std::string> names_;
   std::vector<bool> optional_;
   std::vector<bool> written_;
   std::vector<Return> returns_;

@@ -58,7 +58,7 @@ Value storage_as_flat(Builder& b, const Value& base, const BaseForm& form, Eleme
 // Flat element indices (s64, shaped like the view) that the view addresses.
 Value view_indices(Builder& b, const ViewForm& v) {
   Type t{ElementType::kS64, v.sizes};
-  Value idx = b.constant_i(v.offset, t);
+  Value idx = v.dynamic ? b.broadcast_in_dim(v.offset_value, v.sizes, {}) : b.constant_i(v.offset, t);
   for (size_t d = 0; d < v.sizes.size(); ++d) {
     if (v.sizes[d] == 1 || v.strides[d] == 0) continue;
     Value term = b.binary("multiply", b.iota(t, d), b.constant_i(v.strides[d], t));
@@ -100,6 +100,30 @@ bool box_of(const ViewForm& v, Box* out) {
   return true;
 }
 
+// The view's first element, an s64 scalar (run-time for a dynamic view).
+Value start_of(Builder& b, const ViewForm& v) {
+  return v.dynamic ? v.offset_value : b.scalar_i(v.offset, ElementType::kS64);
+}
+
+// `flat` padded with zeros to at least `need` elements.
+Value pad_to(Builder& b, Value flat, int64_t need) {
+  const int64_t len = flat.type.numel();
+  if (need <= len) return flat;
+  return b.pad(flat, b.constant(0, Type{flat.elem(), {}}), {0}, {need - len}, {0});
+}
+
+// The box's segment of `flat`, which is padded so the segment fits: at a static offset, the offset's; at
+// a run-time one, any offset the storage (`limit` elements) admits for the view (whose extent may be less
+// than the box's span: a column of a matrix), so dynamic_slice never moves the segment.
+Value segment(Builder& b, Value* flat, const ViewForm& v, const Box& x, int64_t limit) {
+  if (!v.dynamic) {
+    *flat = pad_to(b, *flat, v.offset + x.span);
+    return b.slice(*flat, {v.offset}, {v.offset + x.span}, {1});
+  }
+  *flat = pad_to(b, *flat, std::max(limit, v.extent()) - v.extent() + x.span);
+  return b.dynamic_slice(*flat, {v.offset_value}, {x.span});
+}
+
 // The permutation from the kept dims' stride order to their order in the view
 Dims view_order(const std::vector<int>& kept) {
   std::vector<int> order(kept.size());
@@ -110,18 +134,16 @@ Dims view_order(const std::vector<int>& kept) {
 
 // Materializes the view with slice/reshape/transpose/broadcast when its strides nest; returns an invalid
 // Value when they do not.
-Value sliced_view(Builder& b, Value flat, const ViewForm& v) {
+Value sliced_view(Builder& b, Value flat, const ViewForm& v, int64_t limit) {
   Box x;
   if (!box_of(v, &x)) return Value{};
-  const int64_t len = flat.type.numel();
   Value core;  // the kept dims, in stride order
   if (x.kept.empty()) {
-    if (v.offset >= len) return Value{};
-    core = b.reshape(b.slice(flat, {v.offset}, {v.offset + 1}, {1}), {});
+    if (!v.dynamic && v.offset >= flat.type.numel()) return Value{};
+    x.span = 1;
+    core = b.reshape(segment(b, &flat, v, x, limit), {});
   } else {
-    int64_t need = v.offset + x.span;
-    if (need > len) flat = b.pad(flat, b.constant(0, Type{flat.elem(), {}}), {0}, {need - len}, {0});
-    Value seg = b.reshape(b.slice(flat, {v.offset}, {v.offset + x.span}, {1}), x.shape);
+    Value seg = b.reshape(segment(b, &flat, v, x, limit), x.shape);
     seg = b.slice(seg, Dims(x.shape.size(), 0), x.box, Dims(x.shape.size(), 1));
     Dims core_dims;
     for (int d : x.kept) core_dims.push_back(v.sizes[d]);
@@ -138,15 +160,14 @@ Value sliced_view(Builder& b, Value flat, const ViewForm& v) {
 // flat with the view's elements replaced by `update` (shaped as the view) through the view's box: the
 // update put in the segment's corner (a dynamic_update_slice, which XLA fuses), where the view's strides
 // nest and no element repeats (no stride-0 dim of more than one element); else an invalid Value.
-Value boxed_write(Builder& b, Value flat, const ViewForm& v, Value update) {
+Value boxed_write(Builder& b, Value flat, const ViewForm& v, Value update, int64_t limit) {
   Box x;
   if (!box_of(v, &x) || x.kept.empty()) return Value{};
   for (size_t d = 0; d < v.sizes.size(); ++d)
     if (v.sizes[d] != 1 && v.strides[d] == 0) return Value{};
-  const int64_t len = flat.type.numel(), need = v.offset + x.span;
+  const int64_t len = flat.type.numel();
   Value padded = flat;
-  if (need > len) padded = b.pad(flat, b.constant(0, Type{flat.elem(), {}}), {0}, {need - len}, {0});
-  Value seg = b.reshape(b.slice(padded, {v.offset}, {need}, {1}), x.shape);
+  Value seg = b.reshape(segment(b, &padded, v, x, limit), x.shape);
   // the update in stride order, as the box
   const Dims order = view_order(x.kept);
   Dims inverse(order.size());
@@ -157,8 +178,8 @@ Value boxed_write(Builder& b, Value flat, const ViewForm& v, Value update) {
   u = b.reshape(b.transpose(u, inverse), x.box);
   const Value zero = b.scalar_i(0, ElementType::kS64);
   seg = b.reshape(b.dynamic_update_slice(seg, u, std::vector<Value>(x.shape.size(), zero)), {x.span});
-  padded = b.dynamic_update_slice(padded, seg, {b.scalar_i(v.offset, ElementType::kS64)});
-  return need > len ? b.slice(padded, {0}, {len}, {1}) : padded;
+  padded = b.dynamic_update_slice(padded, seg, {start_of(b, v)});
+  return padded.type.numel() > len ? b.slice(padded, {0}, {len}, {1}) : padded;
 }
 
 // The lazy conj/neg bits of a view (both are their own inverse, so reads and writes share this).
@@ -173,9 +194,23 @@ Value apply_bits(Builder& b, Value v, const ViewForm& view) {
 
 Value read_plain(Builder& b, const Value& base, const BaseForm& form, const ViewForm& view);
 
+// How many elements of the view's type the storage holds.
+int64_t storage_elements(const BaseForm& form, const ViewForm& view) {
+  return form.nbytes / static_cast<int64_t>(pjrt::byte_size(view.elem));
+}
+
 }  // namespace
 
 int64_t ViewForm::numel() const { return product(sizes); }
+
+int64_t ViewForm::extent() const {
+  int64_t e = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    e += (sizes[d] - 1) * strides[d];
+  }
+  return e;
+}
 
 bool ViewForm::contiguous() const {
   int64_t expected = 1;
@@ -195,7 +230,7 @@ Dims ViewForm::storage_order() const {
 }
 
 bool covers_storage(const BaseForm& base, const ViewForm& view) {
-  return view.offset == 0 && view.contiguous() &&
+  return !view.dynamic && view.offset == 0 && view.contiguous() &&
          view.numel() * static_cast<int64_t>(pjrt::byte_size(view.elem)) == base.nbytes;
 }
 
@@ -238,11 +273,12 @@ Value read_plain(Builder& b, const Value& base, const BaseForm& form, const View
   if (view.numel() == 0) return b.constant(0, out);
   if (!form.present) return b.constant(0, out);
   // Fast path: the tensor is its storage's base, maybe reshaped.
-  if (form.elem == view.elem && view.offset == 0 && view.contiguous() && view.numel() == product(form.dims)) {
+  if (form.elem == view.elem && !view.dynamic && view.offset == 0 && view.contiguous() &&
+      view.numel() == product(form.dims)) {
     return b.reshape(base, view.sizes);
   }
   Value flat = storage_as_flat(b, base, form, view.elem);
-  Value v = sliced_view(b, flat, view);
+  Value v = sliced_view(b, flat, view, storage_elements(form, view));
   if (v.valid()) return v;
   return gather_view(b, flat, view);
 }
@@ -268,8 +304,8 @@ Value write_view(Builder& b, const Value& base, const BaseForm& form, const View
   Value upd = b.reshape(update, {n});
   Value boxed;
   if (view.contiguous()) {
-    flat = b.dynamic_update_slice(flat, upd, {b.scalar_i(view.offset, ElementType::kS64)});
-  } else if ((boxed = boxed_write(b, flat, view, update)).valid()) {
+    flat = b.dynamic_update_slice(flat, upd, {start_of(b, view)});
+  } else if ((boxed = boxed_write(b, flat, view, update, storage_elements(form, view))).valid()) {
     flat = boxed;
   } else {
     Value idx = b.reshape(view_indices(b, view), {n, 1});

@@ -21,7 +21,13 @@ struct ViewForm {
   // torch's lazy conjugate and negative views: the storage holds the plain values, reads apply these.
   bool conj = false;
   bool neg = false;
+  // A view whose offset is a run-time input (DESIGN.md: "a view's form in the key, not its offset"): every
+  // view but one spanning its whole storage from 0, so `t[i]` is one program for every i. The program's
+  // builder sets `offset_value` (an s64 scalar) before reading or writing it; `offset` is then ignored.
+  bool dynamic = false;
+  Value offset_value;
   int64_t numel() const;
+  int64_t extent() const;  // elements from the first addressed to one past the last (0 when empty)
   bool contiguous() const;  // row-major dense (size-1 dims may have any stride)
   Dims storage_order() const;  // dims by decreasing stride (ties in dim order)
 };

@@ -234,7 +234,10 @@ ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<Tenso
 }
 
 ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<TensorSpec>& inputs,
-                                const std::vector<TensorSpec>& outputs) {
+                                const std::vector<TensorSpec>& outputs, Served* served) {
+  Served local;
+  if (!served) served = &local;
+  *served = Served{};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = programs_.find(mlir);
@@ -245,18 +248,22 @@ ExecutablePtr ProgramCache::get(const std::string& mlir, const std::vector<Tenso
   }
   check_map_headroom();
   std::string file;
+  auto start = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   if (!dir_.empty()) {
     file = dir_ + "/" + hex(fingerprint(mlir)) + ".bin";
     if (ExecutablePtr exe = load(file, mlir, inputs, outputs)) {
+      *served = Served{Served::kDisk, since()};
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.disk_hits;
       programs_.emplace(mlir, exe);
       return exe;
     }
   }
-  auto start = std::chrono::steady_clock::now();
+  start = std::chrono::steady_clock::now();
   ExecutablePtr exe = client_.compile(mlir, inputs, outputs);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double seconds = since();
+  *served = Served{Served::kCompiled, seconds};
   if (!file.empty()) {
     try {
       store(file, mlir, exe->serialize());

@@ -29,12 +29,18 @@ struct CacheStats {
   int64_t disk_evictions = 0;    // disk entries deleted to keep the folder under its size bound
 };
 
+// How get() served a program: an identical text already in memory, the disk tier, or a plugin compile.
+struct Served {
+  enum From { kMemory, kDisk, kCompiled } from = kMemory;
+  double seconds = 0;  // the compile's or the load's
+};
+
 class ProgramCache {
  public:
   // `dir` empty disables the disk tier. `max_disk_bytes` bounds the folder (0: no bound).
   ProgramCache(const Client& client, std::string dir, int64_t max_disk_bytes = kDefaultMaxDiskBytes);
   ExecutablePtr get(const std::string& mlir, const std::vector<TensorSpec>& inputs,
-                    const std::vector<TensorSpec>& outputs);
+                    const std::vector<TensorSpec>& outputs, Served* served = nullptr);
   // A program compiled with its own options (a collective program's device assignment): kept in memory
   // only, keyed by text and options. Such executables are tied to this process's devices.
   ExecutablePtr get(const std::string& mlir, const std::vector<TensorSpec>& inputs,

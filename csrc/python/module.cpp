@@ -3,6 +3,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "aten/compile_log.h"
 #include "aten/errors.h"
 #include "aten/execution.h"
 #include "aten/fallback.h"
@@ -129,6 +130,16 @@ PYBIND11_MODULE(_C, m) {
     metrics().cache_misses = 0;
     metrics().executions = 0;
   });
+  // Compile reasons (aten/compile_log.h): (op, signature, reason, from_disk, seconds) per new program.
+  m.def("_compile_records", [] {
+    py::list out;
+    for (const CompileRecord& r : compile_records())
+      out.append(py::make_tuple(r.op, r.signature, r.reason, r.from_disk, r.seconds));
+    return out;
+  });
+  m.def("_reset_compile_report", &reset_compile_report);
+  m.def("_set_log_compiles", &set_log_compiles);
+  m.def("_log_compiles", &log_compiles);
   m.def("_set_fallback_policy", [](const std::string& p) {
     TORCH_CHECK(p == "warn" || p == "silent" || p == "error", "fallback policy must be warn, silent or error");
     set_fallback_policy(p == "error" ? FallbackPolicy::kError : p == "silent" ? FallbackPolicy::kSilent : FallbackPolicy::kWarn);

@@ -17,7 +17,7 @@ def _autoload():
 import torch  # noqa: E402
 
 __all__ = ["metrics", "reset_metrics", "set_fallback_policy", "get_fallback_policy", "plugin_info", "fused",
-           "set_eager_mode", "get_eager_mode", "flush"]
+           "set_eager_mode", "get_eager_mode", "flush", "compile_report", "set_log_compiles"]
 __version__ = "0.1.0"
 
 
@@ -86,7 +86,38 @@ def metrics():
 
 
 def reset_metrics():
+    """Zeroes the counters of :func:`metrics` and empties :func:`compile_report`."""
     _C._reset_metrics()
+    _C._reset_compile_report()
+
+
+def compile_report():
+    """The programs built since start (or :func:`reset_metrics`), per op, most first, with their reasons.
+
+    Returns ``{op: {"programs": n, "from_disk": k, "seconds": s, "reasons": [...]}}``: ``op`` is an ATen
+    overload (``"aten::add.Tensor"``), ``"fused eager stream"``, a ``torch.compile`` graph or an internal
+    program (``"materialize_view"``); each reason reads ``"<arguments>: <why>"``, the why being what of the
+    cache key was new against the op's nearest earlier program (``"new shape: self shape [4, 9] (was [4,
+    8])"``) or ``"first program of <op>"``. A program counts when it was compiled or loaded from the disk
+    cache, not when an identical program was already in memory. ``TORCH_PJRT_LOG_COMPILES=1`` (or
+    :func:`set_log_compiles`) prints each as it is built.
+    """
+    report = {}
+    for op, signature, reason, from_disk, seconds in _C._compile_records():
+        r = report.setdefault(op, {"programs": 0, "from_disk": 0, "seconds": 0.0, "reasons": []})
+        r["programs"] += 1
+        r["from_disk"] += int(from_disk)
+        r["seconds"] += seconds
+        r["reasons"].append(f"{signature}: {reason}")
+    return dict(sorted(report.items(), key=lambda kv: -kv[1]["programs"]))
+
+
+def set_log_compiles(on: bool = True):
+    """Prints a line per new program with its reason (as ``TORCH_PJRT_LOG_COMPILES=1``); returns the old
+    setting."""
+    old = _C._log_compiles()
+    _C._set_log_compiles(bool(on))
+    return old
 
 
 def set_fallback_policy(policy: str):
