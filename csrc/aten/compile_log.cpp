@@ -95,7 +95,9 @@ void tensor_fields(const std::string& name, const at::Tensor& t, KeyFields& out)
   // what follows from the shape reads as such, so that a new shape is reported as one difference
   out.push_back({name + " strides", t.is_contiguous() ? "contiguous" : list_text(t.strides()), "stride"});
   out.push_back({name + " offset", offset_is_dynamic(t) ? "run-time" : std::to_string(t.storage_offset()), "offset"});
-  out.push_back({name + " storage", covers_storage(t) ? "its own" : storage_text(t), "storage"});
+  std::string storage = storage_text(t);
+  if (storage == dtype_name(t.scalar_type()) + list_text(t.sizes())) storage = "its own";
+  out.push_back({name + " storage", storage, "storage"});
   if (t.is_conj() || t.is_neg())
     out.push_back({name + " view", t.is_conj() ? (t.is_neg() ? "conj, neg" : "conj") : "neg", "argument"});
 }
@@ -228,7 +230,7 @@ void note_program(const std::string& op, const std::string& signature, KeyFields
         if (it != before.end()) before.erase(it);
       }
       diff += before.size();
-      if (diff < best) {
+      if (diff <= best) {  // ties: the most recent
         best = diff;
         nearest = &p;
       }

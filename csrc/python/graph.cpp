@@ -164,7 +164,7 @@ void bind_graph(py::module_& m) {
       .def("full", [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes,
                       py::handle v) { return g.full(dtype_of(dtype), sizes, number(v)); })
       .def("cast", [](GraphBuilder& g, int id, py::handle spec) { return g.cast(id, out_spec(spec)); })
-      .def("compile", &GraphBuilder::compile);
+      .def("compile", [](GraphBuilder& g, const std::vector<int>& ids) { return g.compile(ids); });
 }
 
 }  // namespace torch_pjrt
