@@ -41,6 +41,22 @@ _claim_privateuse1()
 from . import _C  # noqa: E402  (kernels register for PrivateUse1 on import)
 
 
+def _drain_at_exit():
+    # Launches queued on the dispatch thread (a fused stream, a compiled graph) finish before the interpreter
+    # finalizes: their clean-up (a stream's recorded arguments) may release tensors that Python objects hold,
+    # which takes the GIL, and a thread that takes it during finalization is ended mid-destructor (abort:
+    # "terminate called without an active exception"). Registered first, so it runs after the user's.
+    try:
+        _C._drain_launches()
+    except Exception:
+        pass
+
+
+import atexit  # noqa: E402
+
+atexit.register(_drain_at_exit)
+
+
 def _search_roots():
     roots = [p for p in sys.path if p and os.path.isdir(p)]
     try:

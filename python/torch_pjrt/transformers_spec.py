@@ -11,6 +11,12 @@ that matches the installed version (the tests are not in the wheel):
 
 Names read by transformers 5.24: ``DEVICE_NAME`` (required), ``MANUAL_SEED_FN``, ``EMPTY_CACHE_FN``,
 ``DEVICE_COUNT_FN``. The others are here for the tables newer versions read the same way.
+
+Diffusers reads the same file the same way: ``DIFFUSERS_TEST_DEVICE_SPEC=torch_pjrt_spec.py`` (a bare file
+name again) makes ``diffusers.utils.testing_utils.torch_device`` "tpu" and fills its ``BACKEND_*`` tables
+from ``MANUAL_SEED_FN``, ``EMPTY_CACHE_FN``, ``DEVICE_COUNT_FN``, ``RESET_PEAK_MEMORY_STATS_FN``,
+``RESET_MAX_MEMORY_ALLOCATED_FN`` and ``MAX_MEMORY_ALLOCATED_FN`` (``SUPPORTS_TRAINING`` keeps its default,
+True). Diffusers 0.42 has no spec name for its ``BACKEND_SYNCHRONIZE`` table.
 """
 
 import torch
