@@ -97,8 +97,23 @@ TP_INLINE void scores_rows(const float* q, int64_t e_len, const float* kt, int64
   }
 }
 
+// Columns [c, c + V) of o[R, ev] = p[R, n] (rows ld apart, elements step apart) . v[n, ev], or o += that (Add)
+template <int V, int R, bool Add>
+TP_INLINE void output_cols(const float* p, int64_t ld, int64_t step, const float* v, int64_t n, int64_t ev, float* o,
+                           int64_t c) {
+  Vec<V> acc[R] = {};
+  if (Add)
+    for (int r = 0; r < R; ++r) acc[r] = vload<V>(o + r * ev + c);
+  for (int64_t j = 0; j < n; ++j) {
+    const Vec<V> v0 = vload<V>(v + j * ev + c);
+    for (int r = 0; r < R; ++r) acc[r] += splat<V>(p[r * ld + j * step]) * v0;
+  }
+  for (int r = 0; r < R; ++r) vstore<V>(o + r * ev + c, acc[r]);
+}
+
 // o[R, ev] = p[R, n] (rows ld apart, elements step apart: a transposed p is read in place) . v[n, ev], or
-// o += that (Add)
+// o += that (Add). Columns two vectors at a time, then one; heads narrower than a vector (a UNet's 8-wide
+// heads under 16-float vectors) take 8- and 4-float vectors before the last few columns go one by one.
 template <int W, int R, bool Add = false>
 TP_INLINE void output_rows(const float* p, int64_t ld, int64_t step, const float* v, int64_t n, int64_t ev, float* o) {
   int64_t c = 0;
@@ -120,17 +135,22 @@ TP_INLINE void output_rows(const float* p, int64_t ld, int64_t step, const float
     }
   }
   if (c + W <= ev) {  // one more vector of columns
-    Vec<W> acc[R] = {};
-    if (Add)
-      for (int r = 0; r < R; ++r) acc[r] = vload<W>(o + r * ev + c);
-    for (int64_t j = 0; j < n; ++j) {
-      const Vec<W> v0 = vload<W>(v + j * ev + c);
-      for (int r = 0; r < R; ++r) acc[r] += splat<W>(p[r * ld + j * step]) * v0;
-    }
-    for (int r = 0; r < R; ++r) vstore<W>(o + r * ev + c, acc[r]);
+    output_cols<W, R, Add>(p, ld, step, v, n, ev, o, c);
     c += W;
   }
-  for (; c < ev; ++c)  // the last ev % W columns
+  if constexpr (W > 8) {
+    if (c + 8 <= ev) {
+      output_cols<8, R, Add>(p, ld, step, v, n, ev, o, c);
+      c += 8;
+    }
+  }
+  if constexpr (W > 4) {
+    if (c + 4 <= ev) {
+      output_cols<4, R, Add>(p, ld, step, v, n, ev, o, c);
+      c += 4;
+    }
+  }
+  for (; c < ev; ++c)  // the last ev % 4 columns
     for (int r = 0; r < R; ++r) {
       float acc = Add ? o[r * ev + c] : 0.0f;
       for (int64_t j = 0; j < n; ++j) acc += p[r * ld + j * step] * v[j * ev + c];

@@ -426,3 +426,21 @@ def test_compiled_graph_uses_the_fused_rows(monkeypatch):
     b = dropped(x).cpu()
     assert torch.equal(a, b) and not a.isnan().any()
     assert not torch.allclose(a, F.scaled_dot_product_attention(x, x, x).cpu())
+
+
+@pytest.mark.parametrize("head_dim", [3, 4, 8, 12, 13, 20, 28])
+@pytest.mark.parametrize("causal", [False, True])
+def test_heads_narrower_than_a_vector_match_cpu(head_dim, causal):
+    # the host kernel's products by the values take 16-, 8- and 4-float vectors and single columns in turn
+    # (a UNet's attention has 8-wide heads); forward and every gradient against the CPU
+    torch.manual_seed(head_dim)
+    q, k, v = (torch.randn(2, 3, 37, head_dim, requires_grad=True) for _ in range(3))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    qt, kt, vt = (a.detach().to("tpu").requires_grad_() for a in (q, k, v))
+    got = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    got.backward(grad.to("tpu"))
+    torch.testing.assert_close(got.cpu(), out)
+    for t, c in ((qt, q), (kt, k), (vt, v)):
+        torch.testing.assert_close(t.grad.cpu(), c.grad)
