@@ -125,8 +125,9 @@ def collectives(rank, dev):
 
 def ddp(rank, dev):
     """DDP over the program transport, 5 SGD steps, against the same training on the CPU."""
-    torch.manual_seed(0)
-    ref = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    with lock:  # the ranks are threads of one process: seeding and drawing the weights must not interleave
+        torch.manual_seed(0)
+        ref = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
     model.load_state_dict(ref.state_dict())
     model = nn.parallel.DistributedDataParallel(model.to(dev))
