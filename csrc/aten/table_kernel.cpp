@@ -29,6 +29,7 @@
 #include "aten/fallback.h"
 #include "aten/fused.h"
 #include "aten/generator.h"
+#include "aten/program_args.h"
 #include "aten/shape_rules.h"
 #include "aten/row_args.h"
 #include "aten/storage.h"
@@ -527,7 +528,7 @@ class TableKernel final : public c10::OperatorKernel {
     std::vector<pjrt::TensorSpec> in_specs;
     std::vector<lowering::BaseForm> forms;
     std::vector<hlo::Value> slot_values;
-    storage_args(b, call, entry, in_specs, forms, slot_values);
+    storage_args(b, call.storages, entry, in_specs, forms, slot_values);
     auto slot_of = [&](const at::Tensor& t) {
       for (size_t s = 0; s < call.slots.size(); ++s)
         if (call.slots[s] == t.storage().unsafeGetStorageImpl()) return static_cast<int>(s);
@@ -667,42 +668,6 @@ class TableKernel final : public c10::OperatorKernel {
     entry.exe = session.programs().get(b.module_text(name_for_module()), in_specs, out_specs, served);
   }
 
-  // Program arguments for the call's storages (their bases; none for a never-written storage).
-  static void storage_args(hlo::Builder& b, const Call& call, Entry& entry, std::vector<pjrt::TensorSpec>& in_specs,
-                           std::vector<lowering::BaseForm>& forms, std::vector<hlo::Value>& slot_values) {
-    for (size_t s = 0; s < call.slots.size(); ++s) {
-      const StorageHandle& h = handle_of(call.storages[s]);  // fused eager: a pending value's form
-      std::optional<lowering::BaseForm> p = pending_form(h);
-      lowering::BaseForm f = p ? std::move(*p) : base_form(call.storages[s]);
-      forms.push_back(f);
-      slot_values.push_back(f.present ? b.arg(hlo::Type{f.elem, f.dims}) : hlo::Value{});
-      if (!f.present) continue;
-      in_specs.push_back({f.elem, f.dims});
-      entry.sources.push_back({Source::kStorage, static_cast<int>(s), 0, f.elem});
-    }
-  }
-
-  // A program input holding part of a tensor's geometry (Source::part).
-  static hlo::Value geometry_input(hlo::Builder& b, int index, int item, int part,
-                                   std::vector<pjrt::TensorSpec>& in_specs, Entry& entry) {
-    hlo::Value v = b.arg(hlo::Type{ElementType::kS64, {}});
-    in_specs.push_back({ElementType::kS64, {}});
-    Source src{Source::kGeometry, index, item, ElementType::kS64};
-    src.part = part;
-    entry.sources.push_back(src);
-    return v;
-  }
-
-  // Reads tensor `t` (stack argument `index`, list element `item`) from its growable storage's flat base.
-  static hlo::Value read_dynamic(hlo::Builder& b, const hlo::Value& flat, const at::Tensor& t, int index, int item,
-                                 std::vector<pjrt::TensorSpec>& in_specs, Entry& entry) {
-    hlo::Value offset = geometry_input(b, index, item, 0, in_specs, entry);
-    std::vector<hlo::Value> strides(t.dim());
-    for (int64_t d = 0; d < t.dim(); ++d)
-      if (t.size(d) != 1) strides[d] = geometry_input(b, index, item, static_cast<int>(d) + 1, in_specs, entry);
-    return lowering::read_view_dynamic(b, flat, hlo::Dims(t.sizes().begin(), t.sizes().end()), offset, strides);
-  }
-
   // --------------------------------------------------------------------- growable concatenation (cat)
   // cat of small tensors of one dtype (and a row-major result): the result lives in a growable storage,
   // and inputs in growable storages enter with run-time geometry, so growing a tensor by a step
@@ -767,7 +732,7 @@ class TableKernel final : public c10::OperatorKernel {
     std::vector<pjrt::TensorSpec> in_specs;
     std::vector<hlo::Value> slot_values;
     std::vector<lowering::BaseForm> forms;
-    storage_args(b, call, *entry, in_specs, forms, slot_values);
+    storage_args(b, call.storages, *entry, in_specs, forms, slot_values);
     const ElementType s64 = ElementType::kS64;
     std::vector<lowering::GrowPart> parts;
     for (size_t i = 0; i < list.size(); ++i) {
