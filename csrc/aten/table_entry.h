@@ -4,9 +4,12 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "aten/compile_log.h"
 #include "aten/graph.h"
 #include "pjrt/runtime.h"
 
@@ -34,15 +37,25 @@ struct Sink {
   bool grown = false;  // a growable concatenation's result: sizes from the call, storage with room to spare
 };
 
+// A program lowered on a miss but not compiled yet: compiled at its first launch (execute), so a call that
+// fused eager records is lowered only into its stream's program and never compiled by itself.
+struct Lowered {
+  std::string module;  // StableHLO text
+  std::vector<pjrt::TensorSpec> in_specs, out_specs;
+  KeyFields fields;  // compile reasons: the call's key parts
+};
+
 struct Entry {
   std::vector<int64_t> key;
-  pjrt::ExecutablePtr exe;
+  pjrt::ExecutablePtr exe;  // null until compile_entry (table_kernel.cpp) has compiled `lowered`
+  Lowered lowered;
+  std::once_flag compile_once;
   std::vector<Source> sources;
   std::vector<Sink> sinks;
   size_t num_results = 0;
   std::vector<c10::IValue> int_returns;  // SymInt results, fixed by shape inference (sizes are in the key)
   std::vector<OutSpec> results;          // the functional overload's results (fused eager lowers it)
-  bool fallback = false;
+  std::atomic<bool> fallback{false};  // set at a compile failure too, after the entry was found
   std::string fallback_reason;
   std::string signature;  // the call that built it, for compile reasons ("self: f32[4, 8], other: f32[8]")
 };

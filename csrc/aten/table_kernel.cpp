@@ -107,6 +107,10 @@ class TableKernel final : public c10::OperatorKernel {
       return;
     }
     if (fused::active() && record(*entry, stack, base, call, grow)) return;
+    if (!entry->exe && !compile_entry(*entry)) {
+      run_fallback(op, stack, entry->fallback_reason);
+      return;
+    }
     execute(*entry, stack, base, call);
   }
 
@@ -374,9 +378,8 @@ class TableKernel final : public c10::OperatorKernel {
                      bool* restart) {
     auto entry = std::make_unique<Entry>();
     entry->key = key_copy(*stack, base, call);
-    pjrt::Served served;
     try {
-      build_program(op, *stack, base, call, *entry, restart, &served);
+      build_program(op, *stack, base, call, *entry, restart);
     } catch (const c10::NotImplementedError& e) {
       // no meta kernel (or an unsupported dtype): not a user error, so the CPU may still run it
       entry->fallback = true;
@@ -395,7 +398,7 @@ class TableKernel final : public c10::OperatorKernel {
       entry->fallback_reason = std::string("shape inference failed: ") + e.what();
     }
     if (*restart) return nullptr;
-    if (!entry->fallback) note(*stack, base, *entry, served);
+    if (!entry->fallback) entry->lowered.fields = fields(*stack, base, *entry);
     metrics().cache_misses.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(mu_);
     auto& bucket = entries_[hash];
@@ -403,11 +406,29 @@ class TableKernel final : public c10::OperatorKernel {
     return bucket.back().get();
   }
 
-  // Compile reasons (compile_log.h): the call's key parts, by argument name.
-  void note(const torch::jit::Stack& stack, size_t base, Entry& entry, const pjrt::Served& served) {
-    KeyFields fields = call_fields(stack, base, names_, kinds_, row_->flags & lowering::kBakeScalars,
-                                   row_->flags & lowering::kRuntimeFloats, &entry.signature);
-    note_program(name_, entry.signature, std::move(fields), served);
+  // Compile reasons (compile_log.h): the call's key parts, by argument name (and the entry's signature).
+  KeyFields fields(const torch::jit::Stack& stack, size_t base, Entry& entry) {
+    return call_fields(stack, base, names_, kinds_, row_->flags & lowering::kBakeScalars,
+                       row_->flags & lowering::kRuntimeFloats, &entry.signature);
+  }
+
+  // Compiles a lowered entry, once (threads may launch it together); false when the plugin cannot compile
+  // it, and the entry now falls back to the CPU, as a failed compile on a miss always did.
+  bool compile_entry(Entry& entry) {
+    std::call_once(entry.compile_once, [&] {
+      Lowered& l = entry.lowered;
+      pjrt::Served served;
+      try {
+        entry.exe = session_or_throw().programs().get(l.module, l.in_specs, l.out_specs, &served);
+      } catch (const pjrt::Error& e) {
+        entry.fallback_reason = std::string("compile failed: ") + e.what();
+        entry.fallback = true;
+        return;
+      }
+      note_program(name_, entry.signature, std::move(l.fields), served);
+      entry.lowered = Lowered();  // the text is the program cache's now
+    });
+    return !entry.fallback;
   }
 
   std::vector<int64_t> key_copy(const torch::jit::Stack& stack, size_t base, Call&) {
@@ -434,7 +455,7 @@ class TableKernel final : public c10::OperatorKernel {
   }
 
   void build_program(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t base, Call& call,
-                     Entry& entry, bool* restart, pjrt::Served* served) {
+                     Entry& entry, bool* restart) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     // 1. Shape inference and argument checks on meta tensors: the op itself (raises what CPU raises) ...
     MetaBases meta_bases;
@@ -664,8 +685,9 @@ class TableKernel final : public c10::OperatorKernel {
     }
     entry.num_results = is_inplace_ || is_out_ ? new_returns_ : results.size();
     b.ret(program_outputs);
-    auto& session = session_or_throw();
-    entry.exe = session.programs().get(b.module_text(name_for_module()), in_specs, out_specs, served);
+    entry.lowered.module = b.module_text(name_for_module());
+    entry.lowered.in_specs = std::move(in_specs);
+    entry.lowered.out_specs = std::move(out_specs);
   }
 
   // --------------------------------------------------------------------- growable concatenation (cat)
@@ -770,10 +792,7 @@ class TableKernel final : public c10::OperatorKernel {
     sink.grown = true;
     entry->sinks.push_back(sink);
     entry->num_results = 1;
-    pjrt::Served served;
-    entry->exe =
-        session_or_throw().programs().get(b.module_text(name_for_module()), in_specs, {{elem, {capacity}}}, &served);
-    note(stack, base, *entry, served);
+    entry->lowered = {b.module_text(name_for_module()), in_specs, {{elem, {capacity}}}, fields(stack, base, *entry)};
     metrics().cache_misses.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(mu_);
     auto& bucket = entries_[hash];

@@ -105,6 +105,28 @@ def test_chain_is_one_program():
     torch.testing.assert_close(got, want.sum(1), rtol=1e-5, atol=1e-5)
 
 
+def test_recorded_ops_compile_only_their_stream():
+    # a recorded op is lowered into its stream's program and never compiled by itself; the same op run
+    # eagerly later (strict eager) compiles its own program then, and both match the CPU
+    x, t = _uploaded(7, 53)
+    torch_pjrt.reset_metrics()
+    got = (t.cos() * 2.5 + t.exp()).sum(0).cpu()
+    report = torch_pjrt.compile_report()
+    assert set(report) == {"fused eager stream"}, report
+    assert report["fused eager stream"]["programs"] == 1
+    torch.testing.assert_close(got, (x.cos() * 2.5 + x.exp()).sum(0), rtol=1e-5, atol=1e-5)
+    torch_pjrt.set_eager_mode("strict")
+    try:
+        torch_pjrt.reset_metrics()
+        got = (t.cos() * 2.5 + t.exp()).sum(0).cpu()
+        report = torch_pjrt.compile_report()
+    finally:
+        torch_pjrt.set_eager_mode("fused")
+    assert {"aten::cos", "aten::mul.Tensor", "aten::exp", "aten::add.Tensor", "aten::sum.dim_IntList"} <= set(report)
+    assert "fused eager stream" not in report
+    torch.testing.assert_close(got, (x.cos() * 2.5 + x.exp()).sum(0), rtol=1e-5, atol=1e-5)
+
+
 def test_sync_points():
     x = torch.randn(5, 6)
     t = x.to("tpu")

@@ -135,7 +135,7 @@ def test_compiled_graph_inputs_at_offsets():
     torch._dynamo.reset()
 
 
-def test_compile_reasons_name_what_changed(capfd):
+def test_compile_reasons_name_what_changed(capfd, strict_eager):  # one program per op: strict eager's
     old = torch_pjrt.set_log_compiles(True)
     try:
         torch_pjrt.reset_metrics()
@@ -166,7 +166,7 @@ def test_compile_reasons_name_what_changed(capfd):
     assert "aten::mul.Tensor" not in torch_pjrt.compile_report()
 
 
-def test_compile_reasons_of_a_new_argument_and_an_offset():
+def test_compile_reasons_of_a_new_argument_and_an_offset(strict_eager):
     torch_pjrt.reset_metrics()
     x = torch.randn(5, 31).to("tpu")
     x.sum(dim=1).cpu()
@@ -186,7 +186,7 @@ def test_log_compiles_setting_prints_each_program():
     code = ("import torch, torch_pjrt\n"
             "x = torch.arange(6.0, device='tpu').reshape(2, 3)\n"
             "print((x * 2 + 1).sum().item())\n")
-    env = dict(os.environ, TORCH_PJRT_LOG_COMPILES="1", TORCH_PJRT_CACHE_DIR="")
+    env = dict(os.environ, TORCH_PJRT_LOG_COMPILES="1", TORCH_PJRT_CACHE_DIR="", TORCH_PJRT_EAGER="strict")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert float(p.stdout.strip().splitlines()[-1]) == float((torch.arange(6.0) * 2 + 1).sum())
