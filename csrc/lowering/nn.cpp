@@ -468,7 +468,14 @@ ConvArgs conv_args(const Ctx& c, size_t first, int64_t spatial) {
   a.transposed = c.i(first + 3) != 0;
   a.output_padding = expand(c.ints(first + 4), spatial, 0);
   a.groups = c.i(first + 5);
+  // what ATen's convolution rejects and its meta kernel does not check: the CPU raises its own error for them
   if (a.groups < 1) throw hlo::Error("convolution: groups must be positive");
+  for (int64_t d : a.dilation)
+    if (d < 1) throw hlo::Error("convolution: dilation must be positive");
+  for (int64_t st : a.stride)
+    if (st < 1) throw hlo::Error("convolution: stride must be positive");
+  for (int64_t p : a.padding)
+    if (p < 0) throw hlo::Error("convolution: padding must not be negative");
   return a;
 }
 
