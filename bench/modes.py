@@ -6,9 +6,16 @@ importable). Workloads: a training step (forward, backward, AdamW) of an MLP, of
 encoder of tests/python/test_training.py and of the tiny Llama of tests/python/hf_tiny.py; an inference
 step of the first two; a static-cache decode step of the tiny Llama at batch 1 and 8. Then cold start:
 process start to the tiny Llama's first logits on "tpu", with an empty and with a warm on-disk program
-cache.
+cache. Then varying length: the tiny Llama's forward (batch 1, no grad) over 32 prompts of seeded random
+lengths in 1..512, and separately over 16 lengths in 65..128, with torch.compile(dynamic=True) for the
+compiled modes: per mode, the programs compiled over the whole sequence (tpu modes), the most programs any
+one op compiled (and the top 3 ops), the seconds of the first pass (compiles included) and the mean ms per
+call of a second pass over the same lengths (warm); and the programs one length (100) compiles alone, so
+that "16 lengths compile at most twice what one length does" can be read off. Every mode runs each
+sequence in a fresh process with TORCH_PJRT_CACHE_DIR="" (no program from the on-disk cache or from
+another mode).
 
-    python bench/modes.py [--steps 30] [--rounds 3] [--only llama]
+    python bench/modes.py [--steps 30] [--rounds 3] [--only llama|cold|mlp|transformer|varying] [--lengths 32]
 
 The modes are measured in rounds: each round builds and warms every mode's step afresh and times one sample
 of it, in turn, and a mode's rate is its median over the rounds (its rounds' rates follow in brackets). The
@@ -19,6 +26,7 @@ falls on instead of every sample of one mode, which would move that mode's ratio
 import argparse
 import copy
 import gc
+import json
 import os
 import statistics
 import subprocess
@@ -125,11 +133,11 @@ def in_rounds(candidates, steps, rounds):
     return rates
 
 
-def compiled(model, mode):
+def compiled(model, mode, dynamic=None):
     if mode == "compile-tpu":
-        return torch.compile(model, backend="tpu")
+        return torch.compile(model, backend="tpu", dynamic=dynamic)
     if mode == "inductor":
-        return torch.compile(model, backend="inductor")
+        return torch.compile(model, backend="inductor", dynamic=dynamic)
     return model
 
 
@@ -286,6 +294,105 @@ def cold_start():
     print(f"  first forward (model on tpu)   {first[0]:6.2f} s  {first[1]:6.2f} s  {first[0] / first[1]:5.2f}x faster warm")
 
 
+def failure(e):
+    """A mode's row when it raised: the error's first line, not the whole run's end."""
+    return {"error": f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"}
+
+
+def varying_run(device, mode, lengths, threads):
+    """In a fresh process (see varying_length): the tiny Llama's forward over lengths, twice; returns a dict
+    for JSON: programs compiled in the first pass and its top ops, its seconds, and the warm pass's."""
+    from hf_tiny import make_model
+
+    torch.set_num_threads(threads)
+    eager_mode(mode)
+    model = make_model("llama").to(device)
+    fwd = compiled(model, mode, dynamic=True)
+    inputs = [torch.randint(3, 256, (1, n), generator=torch.Generator().manual_seed(n)).to(device) for n in lengths]
+    sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
+    sync()
+
+    def one_pass():
+        t0 = time.perf_counter()
+        for x in inputs:
+            with torch.no_grad():
+                fwd(input_ids=x).logits.cpu()
+        sync()
+        return time.perf_counter() - t0
+
+    gc.collect()
+    torch_pjrt.reset_metrics()
+    before = torch_pjrt.metrics()["compiles"]
+    first = one_pass()
+    after = torch_pjrt.metrics()["compiles"]
+    top = [(op, r["programs"]) for op, r in list(torch_pjrt.compile_report().items())[:3]]
+    warm = one_pass()
+    return {"compiles": after - before, "top": top, "first_s": first, "warm_ms": 1e3 * warm / len(lengths),
+            "warm_compiles": torch_pjrt.metrics()["compiles"] - after}
+
+
+def varying_length(modes, n_lengths, threads, rounds):
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TORCH_PJRT_CACHE_DIR="")
+
+    def run(device, mode, lengths):
+        code = (f"import sys, json; sys.path.insert(0, {here!r}); from modes import varying_run, failure\n"
+                f"try:\n    r = varying_run({device!r}, {mode!r}, {lengths!r}, {threads})\n"
+                f"except Exception as e:\n    r = failure(e)\nprint(json.dumps(r))")
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        if p.returncode != 0:
+            return {"error": f"exit {p.returncode}: {(p.stderr.strip().splitlines() or [''])[-1][:200]}"}
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    single = 100
+    sequences = [
+        (f"{n_lengths} random lengths in 1..512",
+         torch.randint(1, 513, (n_lengths,), generator=torch.Generator().manual_seed(0)).tolist()),
+        (f"{max(1, n_lengths // 2)} random lengths in 65..128",
+         torch.randint(65, 129, (max(1, n_lengths // 2),), generator=torch.Generator().manual_seed(1)).tolist()),
+        (f"length {single} alone", [single]),
+    ]
+    results = {(title, label): [] for title, _ in sequences for label, _, _ in modes}
+    for _ in range(rounds):
+        for title, lengths in sequences:
+            for label, device, mode in modes:
+                if title == sequences[2][0] and device != "tpu":
+                    continue  # one length: only its programs are read, and only tpu modes count programs
+                results[(title, label)].append(run(device, mode, lengths))
+    alone = {label: results[(sequences[2][0], label)][0].get("compiles") for label, device, _ in modes
+             if device == "tpu"}
+    print(f"varying length: tiny Llama forward, batch 1, no grad (compiled modes dynamic=True; a fresh process per "
+          f"mode and sequence, TORCH_PJRT_CACHE_DIR=\"\"; {rounds} round(s), medians):")
+    print(f"  length {single} alone compiles: " + ", ".join(f"{label} {'(failed)' if n is None else n}"
+                                                          for label, n in alone.items()))
+    for title, lengths in sequences[:2]:
+        print(f"  {title}: {lengths}")
+        ok = {key: [r for r in rs if "error" not in r] for key, rs in results.items() if key[0] == title}
+        strict = ok[(title, "strict eager tpu")] or [{"warm_ms": float("nan")}]
+        base = statistics.median(r["warm_ms"] for r in strict)
+        print(f"    {'':18} {'programs':>8} {'x alone':>7} {'max/op':>6} {'first pass':>10} "
+              f"{'warm ms/call':>12} {'vs strict':>9}")
+        for label, device, _ in modes:
+            rs = ok[(title, label)]
+            if not rs:
+                print(f"    {label:18} failed: {results[(title, label)][0]['error']}", flush=True)
+                continue
+            first = statistics.median(r["first_s"] for r in rs)
+            warm = statistics.median(r["warm_ms"] for r in rs)
+            tpu = device == "tpu"
+            programs = statistics.median(r["compiles"] for r in rs)
+            times = f"{programs / alone[label]:.1f}x" if tpu and alone[label] else "-"
+            programs = f"{programs:g}" if tpu else "-"
+            top = rs[0]["top"]
+            most = str(top[0][1]) if tpu and top else "-"
+            rounds_s = ", ".join(f"{r['first_s']:.1f}/{r['warm_ms']:.1f}" for r in rs)
+            print(f"    {label:18} {programs:>8} {times:>7} {most:>6} {first:9.2f}s {warm:12.2f} "
+                  f"{base / warm:8.2f}x   [{rounds_s}]", flush=True)
+            if tpu:
+                print("      top ops: " + ", ".join(f"{op} {n}" for op, n in top)
+                      + (f"; the warm pass compiled {rs[0]['warm_compiles']} more" if rs[0]["warm_compiles"] else ""))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30,
@@ -296,7 +403,9 @@ def main():
                         help="torch CPU threads (1: on a shared machine, spinning OpenMP workers distort CPU eager)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of every mode in turn; a mode's rate is its median over them")
-    parser.add_argument("--only", choices=["mlp", "transformer", "llama", "cold"], default=None)
+    parser.add_argument("--only", choices=["mlp", "transformer", "llama", "cold", "varying"], default=None)
+    parser.add_argument("--lengths", type=int, default=32,
+                        help="varying length: this many random lengths in 1..512, and half as many in 65..128")
     args = parser.parse_args()
     torch.set_num_threads(args.cpu_threads)
     modes = [("strict eager tpu", "tpu", "eager"), ("fused eager tpu", "tpu", "fused"),
@@ -306,6 +415,8 @@ def main():
         llama_benchmarks(args.steps, modes, args.rounds)
     if args.only in (None, "cold"):
         cold_start()
+    if args.only in (None, "varying"):
+        varying_length(modes, args.lengths, args.cpu_threads, args.rounds)
     for name, factory, kind in (("mlp", MLP, "mlp"), ("transformer", SmallTransformer, "transformer")):
         if args.only not in (None, name):
             continue

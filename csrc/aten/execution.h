@@ -16,6 +16,8 @@ struct Metrics {
   std::atomic<int64_t> cache_hits{0};    // op calls served by a cached program
   std::atomic<int64_t> cache_misses{0};  // op calls that built a program entry
   std::atomic<int64_t> executions{0};
+  // inputs a program updates in place (donates) that something else still held: copied before the run
+  std::atomic<int64_t> donation_copies{0};
 };
 Metrics& metrics();
 

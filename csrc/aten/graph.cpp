@@ -117,6 +117,7 @@ pjrt::BufferPtr dense_input(const at::Tensor& t, const pjrt::TensorSpec& spec, c
 
 // A private copy of `buffer` (an input to donate that something else still holds).
 pjrt::BufferPtr copy_buffer(const pjrt::Buffer& buffer, int device) {
+  metrics().donation_copies.fetch_add(1, std::memory_order_relaxed);
   return run_program("copy_graph_input", device, {&buffer},
                      [](hlo::Builder& b, const std::vector<hlo::Value>& a) {
                        return std::vector<hlo::Value>{a[0]};  // XLA copies a returned argument

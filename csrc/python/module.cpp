@@ -69,6 +69,7 @@ py::dict metrics_dict() {
   d["cache_hits"] = metrics().cache_hits.load();
   d["cache_misses"] = metrics().cache_misses.load();
   d["executions"] = metrics().executions.load();
+  d["donation_copies"] = metrics().donation_copies.load();
   auto* s = pjrt::Session::get_or_null();
   pjrt::CacheStats cs = s ? s->programs().stats() : pjrt::CacheStats{};
   d["compiles"] = cs.compiles;
@@ -129,6 +130,7 @@ PYBIND11_MODULE(_C, m) {
     metrics().cache_hits = 0;
     metrics().cache_misses = 0;
     metrics().executions = 0;
+    metrics().donation_copies = 0;
   });
   // Compile reasons (aten/compile_log.h): (op, signature, reason, from_disk, seconds) per new program.
   m.def("_compile_records", [] {

@@ -92,6 +92,7 @@ def metrics():
 
     Keys: ``fallbacks`` (dict op -> CPU fallback calls), ``fallback_total``, ``cache_hits`` and
     ``cache_misses`` (op calls served by a cached program / that built one), ``executions``,
+    ``donation_copies`` (inputs a program updates in place that something else still held: copied first),
     ``compiles`` and ``compile_seconds`` (plugin compiles), ``disk_cache_hits``, ``live_buffers`` and
     ``live_bytes`` (device buffers held by tensors), ``scalar_cache_entries``, ``distributed`` (the
     transport of the c10d backend tpu_dist, its collectives and the bytes it staged to and from the host).
