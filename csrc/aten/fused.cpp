@@ -320,7 +320,7 @@ bool grows(const torch::jit::Stack& stack, size_t base) {
 }
 
 bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& stack, size_t base, int device,
-            const std::vector<c10::Storage>& slots, std::vector<at::Tensor>& results) {
+            c10::ArrayRef<c10::Storage> slots, std::vector<at::Tensor>& results) {
   if (launch_blocking()) return false;  // debug eager wins: each op runs, and raises, at once
   const unsigned flags = info.row->flags;
   std::vector<at::Tensor> targets;              // written tensors, as the eager program takes them
@@ -347,6 +347,9 @@ bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& sta
     if (error_of(h) || (b && is_growable(st, b))) return false;
   }
   Op op{&entry, info.row, &info.name, {}, &entry.results, {}, {}, {}};
+  op.args.reserve(info.functional_args);
+  op.reads.reserve(info.functional_args);
+  op.news.reserve(entry.sinks.size());
   s.key.push_back(reinterpret_cast<int64_t>(&entry));
   bool draws = flags & lowering::kRandom;  // or its eager program drew (attention's dropout)
   for (const Source& src : entry.sources) draws = draws || src.what == Source::kRng;

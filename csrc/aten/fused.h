@@ -60,7 +60,7 @@ bool grows(const torch::jit::Stack& stack, size_t base);
 // storages in key order. Fills `results` (entry.num_results new tensors, pending) and returns true, or
 // returns false when the call cannot be recorded (the caller runs it eagerly after flushing).
 bool record(const OpInfo& op, const Entry& entry, const torch::jit::Stack& stack, size_t base, int device,
-            const std::vector<c10::Storage>& slots, std::vector<at::Tensor>& results);
+            c10::ArrayRef<c10::Storage> slots, std::vector<at::Tensor>& results);
 
 }  // namespace fused
 }  // namespace torch_pjrt

@@ -6,7 +6,7 @@ namespace torch_pjrt {
 
 using pjrt::ElementType;
 
-void storage_args(hlo::Builder& b, const std::vector<c10::Storage>& storages, Entry& entry,
+void storage_args(hlo::Builder& b, c10::ArrayRef<c10::Storage> storages, Entry& entry,
                   std::vector<pjrt::TensorSpec>& in_specs, std::vector<lowering::BaseForm>& forms,
                   std::vector<hlo::Value>& slot_values) {
   for (size_t s = 0; s < storages.size(); ++s) {

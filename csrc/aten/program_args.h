@@ -15,7 +15,7 @@ namespace torch_pjrt {
 
 // Program arguments for the call's storages (their bases; none for a never-written storage): their forms
 // and values by slot.
-void storage_args(hlo::Builder& b, const std::vector<c10::Storage>& storages, Entry& entry,
+void storage_args(hlo::Builder& b, c10::ArrayRef<c10::Storage> storages, Entry& entry,
                   std::vector<pjrt::TensorSpec>& in_specs, std::vector<lowering::BaseForm>& forms,
                   std::vector<hlo::Value>& slot_values);
 

@@ -12,6 +12,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/SmallVector.h>
 #include <c10/util/irange.h>
 
 #include <algorithm>
@@ -53,9 +54,9 @@ enum Tag : int64_t {
 };
 
 // Per-call facts gathered while building the key.
-struct Call {
-  std::vector<c10::StorageImpl*> slots;
-  std::vector<c10::Storage> storages;
+struct Call {  // inline room for a few storages: a call allocates nothing for them
+  c10::SmallVector<c10::StorageImpl*, 4> slots;
+  c10::SmallVector<c10::Storage, 4> storages;
   int device = -1;
   bool has_tpu_tensor = false;
 };
