@@ -160,6 +160,25 @@ void poison(const std::vector<PendingValue*>& outs, const std::shared_ptr<const 
   }
 }
 
+// A stream that failed to lower or compile ran nothing: the storages it wrote get their values from before
+// the stream back (their buffers are still its inputs), as strict eager leaves a tensor its failed op would
+// have written; the stream's own results report the error when read.
+void restore_or_poison(Stream& s, const std::shared_ptr<const DeferredError>& error) {
+  std::vector<PendingValue*> made;
+  for (const auto& p : s.pendings) {
+    if (!p->handle) continue;
+    if (p->before == -2) {
+      made.push_back(p.get());
+      continue;
+    }
+    StorageHandle& h = *p->handle;
+    StorageLock lock(h);
+    h.buffer = p->before >= 0 ? s.values[p->before].input : nullptr;
+    h.pending.reset();
+  }
+  poison(made, error);
+}
+
 // Compile reasons: a stream's key parts are its ops, each with the call that made its eager entry.
 void note_stream(const Stream& s, const pjrt::Served& served) {
   KeyFields fields;
@@ -238,7 +257,7 @@ void flush_locked() {
       program = build(s, outs);
       program->set_label(describe(s));  // an asynchronous failure names the stream's ops
     } catch (const std::exception& e) {
-      poison(outs, std::make_shared<DeferredError>(DeferredError{describe(s), e.what()}));
+      restore_or_poison(s, std::make_shared<DeferredError>(DeferredError{describe(s), e.what()}));
       TORCH_CHECK(false, "tpu: ", e.what());
     }
     metrics().cache_misses.fetch_add(1, std::memory_order_relaxed);
@@ -468,7 +487,7 @@ bool record(const OpInfo& info, const Entry& entry, const torch::jit::Stack& sta
       h.pending->form = std::move(form);
     } else {
       h.buffer.reset();
-      h.pending = std::make_shared<PendingValue>(PendingValue{w.to, std::move(form), &h});
+      h.pending = std::make_shared<PendingValue>(PendingValue{w.to, std::move(form), &h, w.from});
       s.pendings.push_back(h.pending);
     }
     op.writes.push_back(std::move(w));

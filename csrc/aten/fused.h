@@ -25,6 +25,9 @@ struct PendingValue {
   int value;
   lowering::BaseForm form;
   StorageHandle* handle;  // valid while the storage lives (the handle holds this object too)
+  // The storage's value before the stream: a stream input (its buffer), -1 never written, -2 none (a new
+  // tensor of the stream). A stream that fails to build gives written storages their old value back.
+  int before = -2;
 };
 
 namespace fused {

@@ -4,6 +4,8 @@ mode). Everything is compared with PyTorch on CPU on the same inputs."""
 
 import copy
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -208,6 +210,41 @@ def test_device_failure_names_the_streams_ops():
     torch.tpu.synchronize()  # reported once, as in strict eager
     z = torch.arange(6.0).to("tpu") * 2  # the process keeps working
     assert z.cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+_FAILED_BUILD_CHILD = """
+import os, torch, torch_pjrt
+torch_pjrt.set_eager_mode("fused")
+x_cpu, e_cpu = torch.randn(5), torch.randn(5)
+x, e = x_cpu.to("tpu"), torch.empty(5, device="tpu")
+torch.tpu.synchronize()
+# no room for any new program: the stream's compile fails (read at the first compile)
+os.environ["TORCH_PJRT_MAP_LIMIT"] = str(sum(1 for _ in open("/proc/self/maps")) + 4000)
+x.mul_(2)
+e.copy_(x)
+y = x + 1
+try:
+    y.cpu()
+    raise SystemExit("no error")
+except RuntimeError as err:
+    assert "vm.max_map_count" in str(err) and "aten::mul_" in str(err), err
+# the storages the stream wrote are as they were before it (e was never written); its result reports the error
+torch_pjrt.set_eager_mode("strict")
+assert torch.equal(x.cpu(), x_cpu), (x.cpu(), x_cpu)
+try:
+    y.cpu()
+    raise SystemExit("no error from the failed stream's result")
+except RuntimeError as err:
+    assert "vm.max_map_count" in str(err), err
+print("OK")
+"""
+
+
+def test_a_stream_that_fails_to_compile_leaves_written_tensors_as_they_were():
+    env = dict(os.environ, TORCH_PJRT_CACHE_DIR="")
+    r = subprocess.run([sys.executable, "-c", _FAILED_BUILD_CHILD], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr
 
 
 def test_long_streams_are_cut():
