@@ -47,7 +47,7 @@ struct Lowered {
 
 struct Entry {
   std::vector<int64_t> key;
-  pjrt::ExecutablePtr exe;  // null until compile_entry (table_kernel.cpp) has compiled `lowered`
+  pjrt::ExecutablePtr exe;  // null until compile_entry (table_launch.cpp) has compiled `lowered`
   Lowered lowered;
   std::once_flag compile_once;
   std::vector<Source> sources;

@@ -49,7 +49,7 @@ void TableKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
     return;
   }
   if (fused::active() && record(*entry, stack, base, call, grow)) return;
-  if (!entry->exe && !compile_entry(*entry)) {
+  if (!compile_entry(*entry)) {  // once per entry; after that one atomic load (std::call_once)
     run_fallback(op, stack, entry->fallback_reason);
     return;
   }
