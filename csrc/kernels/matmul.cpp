@@ -1,5 +1,5 @@
-// Matrix products on the host (see kernels.h): the products of small models' linear layers, as one
-// custom call each.
+// Matrix products on the host (see kernels.h): float32 products of 8 rows or more (small models' linear
+// layers, and the large products, whose sums XLA's dot does not block), as one custom call each.
 //
 // Why a kernel: XLA:CPU's dot (Eigen's contraction) runs the products of a small model at a fraction of
 // what the cores do: inside a program, [256, 64] x [64, 128] took 42 us (108 GFLOP/s on two threads)
@@ -13,8 +13,8 @@
 // padded with zeros). a is read in place in either layout. Sums over k in order, in float32, one
 // multiply-add per term; k runs in blocks of kBlockK so a panel stays in the first-level cache, each
 // block's sums added to c's (blocked summation: nearer the exact sum than one running sum at large K).
-// Work items (batch, panel, block of rows) are spread over the kernels' threads when the product is large
-// enough to pay for the hand-off.
+// Work items (batch, group of panels, block of rows) are spread over the kernels' threads when the product
+// is large enough to pay for the hand-off; within an item each tile of rows runs over the group's panels.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -29,7 +29,8 @@
 namespace kernels {
 namespace {
 
-constexpr int64_t kBlockK = 256;
+constexpr int64_t kBlockK = 64;
+constexpr int64_t kGroupPanels = 8;
 
 struct Product {
   const float* a;
@@ -149,47 +150,62 @@ TP_INLINE void pack(const float* b, bool b_t, int64_t k, int64_t n, int64_t j, i
   }
 }
 
-// One work item: rows [r0, r1) of c's columns [j, j + P) in matrix `g` of the batch.
+// Whether a panel of `cols` columns of a work item of `rows` rows is read from b in place: b's rows hold
+// it as it is, and either the rows are few (a copy would cost more than it saves) or b's rows are not a
+// multiple of 512 bytes apart (rows that far apart fall in few sets of the first-level cache, where a
+// block of k of them evicts itself: [2048, 1024] x [1024, 1024] about 1.2x faster packed).
 template <int W>
-TP_INLINE void item(const Product& p, int64_t g, int64_t j, int64_t r0, int64_t r1, std::vector<float>& buf) {
+TP_INLINE bool in_place(const Product& p, int64_t cols, int64_t rows) {
+  return !p.b_t && cols == Tile<W>::V * W && (rows < 128 || p.n % 128 != 0);
+}
+
+// One work item: rows [r0, r1) of c's columns [j0, j1) (whole panels of P, the last one maybe not) in matrix
+// `g` of the batch. For each block of k, the panels of the columns are packed (or read in place), then
+// each tile of R rows runs over every panel while its rows of a stay in the first-level cache.
+template <int W>
+TP_INLINE void item(const Product& p, int64_t g, int64_t j0, int64_t j1, int64_t r0, int64_t r1,
+                    std::vector<float>& buf) {
   constexpr int R = Tile<W>::R, V = Tile<W>::V, P = V * W;
   const float* a = p.a + g * p.m * p.k;
   const float* b = p.b + g * p.k * p.n;
   float* c = p.c + g * p.m * p.n;
   const int64_t a_row = p.a_t ? 1 : p.k, a_k = p.a_t ? p.m : 1;
-  const int64_t cols = std::min<int64_t>(P, p.n - j);
-  const bool in_place = !p.b_t && cols == P;  // b's rows hold the panel as it is
+  const int64_t panels = (j1 - j0 + P - 1) / P;
   for (int64_t k0 = 0; k0 < p.k; k0 += kBlockK) {
     const int64_t kc = std::min(kBlockK, p.k - k0);
-    const float* panel;
-    int64_t ldp;
-    if (in_place) {
-      panel = b + k0 * p.n + j, ldp = p.n;
-    } else {  // a copy, k-major, zeros past the last column
-      buf.resize(static_cast<size_t>(kc * P));
-      pack<W>(b, p.b_t, p.k, p.n, j, cols, k0, kc, buf.data());
-      panel = buf.data(), ldp = P;
+    buf.resize(static_cast<size_t>(panels * kc * P));
+    for (int64_t q = 0; q < panels; ++q) {
+      const int64_t j = j0 + q * P, cols = std::min<int64_t>(P, p.n - j);
+      if (!in_place<W>(p, cols, r1 - r0)) pack<W>(b, p.b_t, p.k, p.n, j, cols, k0, kc, buf.data() + q * kc * P);
     }
     const float* ak = a + k0 * a_k;
-    int64_t i = r0;
-    for (; i + R <= r1; i += R)
-      tile<W, R, V>(ak + i * a_row, a_row, a_k, panel, ldp, kc, c + i * p.n + j, p.n, cols, k0 > 0);
-    if (i < r1)
-      tile_rows<W, R - 1, V>(r1 - i, ak + i * a_row, a_row, a_k, panel, ldp, kc, c + i * p.n + j, p.n, cols, k0 > 0);
+    for (int64_t i = r0; i < r1; i += R) {
+      const int64_t rows = std::min<int64_t>(R, r1 - i);
+      for (int64_t q = 0; q < panels; ++q) {
+        const int64_t j = j0 + q * P, cols = std::min<int64_t>(P, p.n - j);
+        const bool direct = in_place<W>(p, cols, r1 - r0);
+        const float* panel = direct ? b + k0 * p.n + j : buf.data() + q * kc * P;
+        const int64_t ldp = direct ? p.n : P;
+        if (rows == R)
+          tile<W, R, V>(ak + i * a_row, a_row, a_k, panel, ldp, kc, c + i * p.n + j, p.n, cols, k0 > 0);
+        else
+          tile_rows<W, R - 1, V>(rows, ak + i * a_row, a_row, a_k, panel, ldp, kc, c + i * p.n + j, p.n, cols, k0 > 0);
+      }
+    }
   }
 }
 
 struct Items {
-  int64_t panels, row_blocks, rows_per;
+  int64_t groups, group_cols, row_blocks, rows_per;
 };
 
 template <int W>
 TP_INLINE void items_work(const Product& p, const Items& it, int64_t i0, int64_t i1) {
   static thread_local std::vector<float> buf;
   for (int64_t i = i0; i < i1; ++i) {
-    const int64_t g = i / (it.panels * it.row_blocks), rest = i % (it.panels * it.row_blocks);
-    const int64_t j = rest / it.row_blocks * Tile<W>::V * W, r0 = rest % it.row_blocks * it.rows_per;
-    item<W>(p, g, j, r0, std::min(p.m, r0 + it.rows_per), buf);
+    const int64_t g = i / (it.groups * it.row_blocks), rest = i % (it.groups * it.row_blocks);
+    const int64_t j = rest / it.row_blocks * it.group_cols, r0 = rest % it.row_blocks * it.rows_per;
+    item<W>(p, g, j, std::min(p.n, j + it.group_cols), r0, std::min(p.m, r0 + it.rows_per), buf);
   }
 }
 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl"), flatten)) void work512(const Product& p, const Items& it,
@@ -209,12 +225,15 @@ void run(const Product& p) {
   auto* work = is == Isa::kAvx512Bf16 ? work512 : is == Isa::kAvx2 ? work256 : work_portable;
   const int64_t width = w == 16 ? Tile<16>::V * 16 : w == 8 ? Tile<8>::V * 8 : Tile<1>::V;
   Items it;
-  it.panels = (p.n + width - 1) / width;
-  // blocks of at least 64 rows, as many as make about 8 items per matrix
-  const int64_t want = std::max<int64_t>(1, 8 / it.panels);
-  it.rows_per = std::max<int64_t>(64, (p.m + want - 1) / want);
+  // columns in groups of kGroupPanels panels (the panels of one block of k stay in the second-level
+  // cache while the tiles of rows run over them), rows in blocks of 64 to 256, as many as make
+  // about 8 items per matrix
+  it.group_cols = kGroupPanels * width;
+  it.groups = (p.n + it.group_cols - 1) / it.group_cols;
+  const int64_t want = std::max<int64_t>(1, 8 / it.groups);
+  it.rows_per = std::clamp<int64_t>((p.m + want - 1) / want, 64, 256);
   it.row_blocks = (p.m + it.rows_per - 1) / it.rows_per;
-  const int64_t items = p.batch * it.panels * it.row_blocks;
+  const int64_t items = p.batch * it.groups * it.row_blocks;
   constexpr int64_t kThreadsAbove = int64_t{1} << 22;  // multiply-adds
   spread(p.batch * p.m * p.n * p.k < kThreadsAbove, items, [&](int64_t i) { work(p, it, i, i + 1); });
 }

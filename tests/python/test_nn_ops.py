@@ -786,7 +786,9 @@ def test_linear_matches_cpu(dtype, rows, k, n, compiled):
     """nn.Linear at a few rows (decoding) and at many: on XLA:CPU the product of the weight's transpose goes
     to the host kernel of grouped rows up to 64 rows (256 for a weight of 1M elements, 8 for one of 1K; XLA's
     dot of that form is 10-20x slower there); beyond, a weight of 256K elements or more is transposed by the
-    host kernel (edges of tiles included: 517 x 509) and the product is the dense dot, a dot otherwise. float32 is as near the float64 result as the CPU's (within 2x) and
+    host kernel (edges of tiles included: 517 x 509) and the product is the dense one, on the host kernel of
+    products, large ones included (XLA's dot sums all of k at once on some CPUs, 2-5x further from the float64
+    result than the CPU at 517 and 1024 terms). float32 is as near the float64 result as the CPU's (within 2x) and
     within the CPU's tolerance scaled by sqrt(K); bfloat16 is the float32 sums rounded once. With a bias,
     and a 3-d input (the leading dims flattened into rows)."""
     torch.manual_seed(rows)
@@ -881,6 +883,25 @@ def test_matrix_products_of_every_layout_match_cpu(m, k, n):
 def test_matrix_products_on_the_other_kernel_paths():
     """The products' tests again in children with the host kernels' 256-bit and portable code."""
     on_the_other_kernel_paths(__file__, "matrix_products_of_every_layout")
+
+
+@pytest.mark.parametrize("m,k,n,transposed", [(600, 1024, 1024, False), (300, 517, 509, True)])
+def test_large_products_sum_k_in_blocks(m, k, n, transposed):
+    """A large float32 product sums its k terms in blocks, on every CPU: at least 2x nearer the float64
+    result than one running float32 sum over k in order (what XLA's dot gave on a CPU whose caches let it
+    take k whole: exactly that sum's error), and as near as the CPU's product (within 2x)."""
+    g = torch.Generator().manual_seed(m + k)
+    x = torch.randn(m, k, generator=g)
+    w = torch.randn(n, k, generator=g) if transposed else torch.randn(k, n, generator=g)
+    y = w.t() if transposed else w
+    got = (x.to("tpu") @ (w.to("tpu").t() if transposed else w.to("tpu"))).cpu()
+    exact = x.double() @ y.double()
+    running = torch.zeros(m, n)
+    for i in range(k):  # one running sum, in float32, term by term
+        running = running + x[:, i:i + 1] * y[i:i + 1, :]
+    err = (got.double() - exact).abs().max()
+    assert err <= 0.5 * (running.double() - exact).abs().max()
+    as_near_as_cpu(got, x @ y, exact)
 
 
 def test_linear_on_the_portable_kernels():
