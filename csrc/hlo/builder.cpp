@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <sstream>
+#include <unordered_map>
 
 namespace hlo {
 namespace {
@@ -289,12 +290,34 @@ Value Builder::constant_i(int64_t v, const Type& type) {
 
 // --------------------------------------------------------------------------------------- elementwise
 
+// StableHLO's element types per op (bool, integer, float, complex), for the ops that do not take every
+// type: a row that emits one for another type fails here, at lowering (its op then runs on the CPU, which
+// raises its own error), not later in a compile (under fused eager, a whole stream's).
+static void require_bits(const char* op, const Value& a) {
+  enum : int { B = 1, I = 2, F = 4, C = 8 };
+  static const std::unordered_map<std::string, int> allowed = {
+      {"not", B | I}, {"and", B | I}, {"or", B | I}, {"xor", B | I}, {"shift_left", I},
+      {"shift_right_arithmetic", I}, {"shift_right_logical", I}, {"popcnt", I}, {"count_leading_zeros", I},
+      {"abs", I | F | C}, {"negate", I | F | C}, {"sign", I | F | C}, {"divide", I | F | C},
+      {"remainder", I | F | C}, {"power", I | F | C}, {"exponential", F | C}, {"log", F | C}, {"sqrt", F | C},
+      {"rsqrt", F | C}, {"tanh", F | C}, {"sine", F | C}, {"cosine", F | C}, {"floor", F}, {"ceil", F},
+      {"logistic", F | C}, {"exponential_minus_one", F | C}, {"log_plus_one", F | C}, {"cbrt", F | C},
+      {"round_nearest_afz", F}, {"round_nearest_even", F}, {"atan2", F | C}};
+  auto it = allowed.find(op);
+  if (it == allowed.end()) return;
+  const ElementType t = a.elem();
+  const int kind = t == ElementType::kPred ? B : pjrt::is_integral(t) ? I : pjrt::is_complex(t) ? C : F;
+  require(it->second & kind, std::string("stablehlo.") + op + " does not take operands of " + a.type.str());
+}
+
 Value Builder::binary(const char* op, Value a, Value b) {
   require(a.type == b.type, std::string(op) + ": operand types differ: " + a.type.str() + " vs " + b.type.str());
+  require_bits(op, a);
   return emit(std::string("stablehlo.") + op, {a, b}, "", {a.type})[0];
 }
 
 Value Builder::unary(const char* op, Value a) {
+  require_bits(op, a);
   return emit(std::string("stablehlo.") + op, {a}, "", {a.type})[0];
 }
 
