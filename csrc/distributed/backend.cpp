@@ -273,13 +273,21 @@ WorkPtr TpuBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std
   TORCH_CHECK(outputs.size() == inputs.size(), "tpu_dist: allgather: ", outputs.size(), " output lists for ",
               inputs.size(), " inputs");
   std::vector<at::Tensor> flat;
-  for (auto& list : outputs) {
+  bool uneven = false;  // outputs of different sizes in one list: each rank's input broadcast from it
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    auto& list = outputs[i];
     TORCH_CHECK((int)list.size() == group_.size, "tpu_dist: allgather: an output list of ", list.size(),
                 " tensors for a group of ", group_.size);
     check_tensors("allgather", list);
+    for (const auto& o : list) uneven |= !o.sizes().equals(list[0].sizes());
+    TORCH_CHECK(list[group_.rank].sizes().equals(inputs[i].sizes()) &&
+                    list[group_.rank].scalar_type() == inputs[i].scalar_type(),
+                "tpu_dist: allgather: the input (", shape_of(inputs[i]), ") must have the shape and dtype of rank ",
+                group_.rank, "'s output (", shape_of(list[group_.rank]), ")");
     flat.insert(flat.end(), list.begin(), list.end());
   }
-  before("allgather", "allgather " + shapes_of(inputs));
+  // the ranks agree on the outputs' shapes (the same everywhere, where the inputs may differ)
+  before("allgather", "allgather " + (uneven ? "into " + shapes_of(flat) : shapes_of(inputs)));
   std::vector<Wire> in_wires, out_wires;
   std::vector<at::Tensor> host_in;
   std::vector<std::vector<at::Tensor>> host_out;
@@ -297,6 +305,17 @@ WorkPtr TpuBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std
       [&] {
         Works works;
         for (size_t i = 0; i < host_in.size(); ++i) {
+          if (uneven) {  // gloo gathers equal sizes only: a broadcast from each rank, as NCCL's backend does
+            host_out[i][group_.rank].copy_(host_in[i]);
+            for (int r = 0; r < group_.size; ++r) {
+              std::vector<at::Tensor> one{host_out[i][r]};
+              c10d::BroadcastOptions b;
+              b.rootRank = r;
+              b.timeout = opts.timeout;
+              works.push_back(host_->broadcast(one, b));
+            }
+            continue;
+          }
           std::vector<std::vector<at::Tensor>> outs{host_out[i]};
           std::vector<at::Tensor> ins{host_in[i]};
           works.push_back(host_->allgather(outs, ins, opts));

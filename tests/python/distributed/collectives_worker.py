@@ -390,8 +390,20 @@ def section_all_gather():
             for r in range(WORLD):
                 same(outs[r], xs[r], f"all_gather {dtype} output {r}")
         return fn
+    def uneven(dtype):
+        def fn():  # rank r's input has r + 2 rows: the output list's sizes differ (gloo gathers equal ones only)
+            xs = [make("all_gather_uneven", dtype, (r + 2, 3), r) for r in range(WORLD)]
+            outs = [tpu(torch.zeros((r + 2, 3), dtype=dtype)) for r in range(WORLD)]
+            dist.all_gather(outs, tpu(xs[RANK]))
+            for r in range(WORLD):
+                same(outs[r], xs[r], f"all_gather of uneven sizes {dtype} output {r}")
+            bad = tpu(torch.zeros((RANK + 3, 3), dtype=dtype))  # not the shape of its own rank's output
+            expect_error(lambda: dist.all_gather(outs, bad), (RuntimeError, ValueError), ["allgather", "input"],
+                         "all_gather whose input is not its rank's output shape")
+        return fn
     return [(str(d)[6:], case(d)) for d in (torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.int16,
-                                             torch.complex64)]
+                                             torch.complex64)] + [
+        (f"uneven/{str(d)[6:]}", uneven(d)) for d in (torch.float32, torch.bfloat16, torch.bool)]
 
 
 def section_all_gather_into_tensor():
