@@ -293,7 +293,7 @@ Value Builder::constant_i(int64_t v, const Type& type) {
 // StableHLO's element types per op (bool, integer, float, complex), for the ops that do not take every
 // type: a row that emits one for another type fails here, at lowering (its op then runs on the CPU, which
 // raises its own error), not later in a compile (under fused eager, a whole stream's).
-static void require_bits(const char* op, const Value& a) {
+static void require_element_types(const char* op, const Value& a) {
   enum : int { B = 1, I = 2, F = 4, C = 8 };
   static const std::unordered_map<std::string, int> allowed = {
       {"not", B | I}, {"and", B | I}, {"or", B | I}, {"xor", B | I}, {"shift_left", I},
@@ -312,12 +312,12 @@ static void require_bits(const char* op, const Value& a) {
 
 Value Builder::binary(const char* op, Value a, Value b) {
   require(a.type == b.type, std::string(op) + ": operand types differ: " + a.type.str() + " vs " + b.type.str());
-  require_bits(op, a);
+  require_element_types(op, a);
   return emit(std::string("stablehlo.") + op, {a, b}, "", {a.type})[0];
 }
 
 Value Builder::unary(const char* op, Value a) {
-  require_bits(op, a);
+  require_element_types(op, a);
   return emit(std::string("stablehlo.") + op, {a}, "", {a.type})[0];
 }
 

@@ -9,10 +9,10 @@
 // The classic register-blocked product: c is computed in tiles of R rows by P = V vectors of columns,
 // their sums held in registers while k runs; each step loads P columns of b's row k and multiplies them
 // by a(i, k) broadcast for each of the R rows. b is read from a panel of P columns laid out k-major: b's
-// own rows when b is [K, N] and the panel is whole, else a copy (b stored [N, K], or the last columns,
-// padded with zeros). a is read in place in either layout. Sums over k in order, in float32, one
-// multiply-add per term; k runs in blocks of kBlockK so a panel stays in the first-level cache, each
-// block's sums added to c's (blocked summation: nearer the exact sum than one running sum at large K).
+// own rows when b is [K, N] and the panel is whole (see in_place), else a copy (b stored [N, K], the last
+// columns padded with zeros, or b's rows far apart in a large item). a is read in place in either
+// layout. Sums over k in order, in float32, one multiply-add per term; k runs in blocks of kBlockK so a
+// panel stays in the first-level cache, each block's sums added to c's (blocked summation: nearer the exact sum than one running sum at large K).
 // Work items (batch, group of panels, block of rows) are spread over the kernels' threads when the product
 // is large enough to pay for the hand-off; within an item each tile of rows runs over the group's panels.
 #include <algorithm>
@@ -171,18 +171,18 @@ TP_INLINE void item(const Product& p, int64_t g, int64_t j0, int64_t j1, int64_t
   float* c = p.c + g * p.m * p.n;
   const int64_t a_row = p.a_t ? 1 : p.k, a_k = p.a_t ? p.m : 1;
   const int64_t panels = (j1 - j0 + P - 1) / P;
+  auto cols_of = [&](int64_t q) { return std::min<int64_t>(P, p.n - j0 - q * P); };
   for (int64_t k0 = 0; k0 < p.k; k0 += kBlockK) {
     const int64_t kc = std::min(kBlockK, p.k - k0);
     buf.resize(static_cast<size_t>(panels * kc * P));
-    for (int64_t q = 0; q < panels; ++q) {
-      const int64_t j = j0 + q * P, cols = std::min<int64_t>(P, p.n - j);
-      if (!in_place<W>(p, cols, r1 - r0)) pack<W>(b, p.b_t, p.k, p.n, j, cols, k0, kc, buf.data() + q * kc * P);
-    }
+    for (int64_t q = 0; q < panels; ++q)
+      if (!in_place<W>(p, cols_of(q), r1 - r0))
+        pack<W>(b, p.b_t, p.k, p.n, j0 + q * P, cols_of(q), k0, kc, buf.data() + q * kc * P);
     const float* ak = a + k0 * a_k;
     for (int64_t i = r0; i < r1; i += R) {
       const int64_t rows = std::min<int64_t>(R, r1 - i);
       for (int64_t q = 0; q < panels; ++q) {
-        const int64_t j = j0 + q * P, cols = std::min<int64_t>(P, p.n - j);
+        const int64_t j = j0 + q * P, cols = cols_of(q);
         const bool direct = in_place<W>(p, cols, r1 - r0);
         const float* panel = direct ? b + k0 * p.n + j : buf.data() + q * kc * P;
         const int64_t ldp = direct ? p.n : P;

@@ -45,7 +45,8 @@ bool transposed_weight_rows(Ctx& c, size_t a, size_t m) {
 // faster than the transposed one once the weight is large ([512, 1024] x [1024, 1024]^T 8.1 -> 4.9 ms;
 // [512, 1024] x [4096, 1024]^T 41.9 -> 25.6 ms). Below 256K weight elements the two are within noise, and
 // the dot stays as it is. (Measured with XLA's dot; float32 products now go to the host kernel of products,
-// helpers.cpp's host_product, which reads the dense form's panels in place.)
+// helpers.cpp's host_product, which reads the dense form's panels in place or packs them, and would pack
+// the transposed form itself: whether this transpose still pays there is not measured.)
 bool transposed_weight(Ctx& c, size_t a, size_t m) {
   const Value& y = c.t(m);
   return c.arg(m).layout == Dims{1, 0} && c.t(a).dims()[0] > 64 && y.dims()[0] * y.dims()[1] >= (int64_t{1} << 18) &&
