@@ -12,7 +12,8 @@
 // own rows when b is [K, N] and the panel is whole (see in_place), else a copy (b stored [N, K], the last
 // columns padded with zeros, or b's rows far apart in a large item). a is read in place in either
 // layout. Sums over k in order, in float32, one multiply-add per term; k runs in blocks of kBlockK so a
-// panel stays in the first-level cache, each block's sums added to c's (blocked summation: nearer the exact sum than one running sum at large K).
+// panel stays in the first-level cache, each block's sums added to c's (blocked summation: nearer the
+// exact sum than one running sum at large K).
 // Work items (batch, group of panels, block of rows) are spread over the kernels' threads when the product
 // is large enough to pay for the hand-off; within an item each tile of rows runs over the group's panels.
 #include <algorithm>
