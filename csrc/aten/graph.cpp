@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten/aot.h"
 #include "aten/compile_log.h"
 #include "aten/errors.h"
 #include "aten/execution.h"
@@ -206,7 +207,7 @@ std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::j
   };
   if (row.flags & lowering::kRandom) ctx.rng_state = rng_id >= 0 ? value(rng_id) : add_rng_state();
   ctx.lazy_rng_state = [&]() -> hlo::Value { return rng_id >= 0 ? value(rng_id) : add_rng_state(); };
-  std::vector<hlo::Value> results = row.fn(ctx);
+  std::vector<hlo::Value> results = lowering::lower_row(row, ctx);
   convert_results(b_, results, specs, "aten::" + overload);
   std::vector<int> ids;
   for (size_t r = 0; r < results.size(); ++r) ids.push_back(outs[r].defined ? add(results[r]) : -1);
@@ -303,7 +304,13 @@ std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids,
   p->inputs_ = inputs_;
   p->num_tensor_inputs_ = num_tensor_inputs_;
   pjrt::Served local;
-  p->exe_ = session_or_throw().programs().get(b_.module_text(name_), in_specs, out_specs, served ? served : &local);
+  const std::string module = b_.module_text(name_);
+  p->exe_ = session_or_throw().programs().get(module, in_specs, out_specs, served ? served : &local);
+  if (aot_active()) {
+    std::string shapes;
+    for (size_t i = 0; i < in_specs.size(); ++i) shapes += (i ? ", " : "") + in_specs[i].str();
+    aot_submit(name_ + "(" + shapes + ")", module, aot_text(b_, name_));
+  }
   if (!served) {  // a torch.compile graph: its key parts are its inputs
     KeyFields fields;
     std::string sig;

@@ -1,5 +1,6 @@
 #include "aten/program.h"
 
+#include "aten/aot.h"
 #include "aten/compile_log.h"
 #include "aten/errors.h"
 #include "aten/execution.h"
@@ -22,7 +23,8 @@ std::vector<pjrt::BufferPtr> run_program(
   b.ret(results);
   return guarded(name, [&] {
     pjrt::Served served;
-    auto exe = s.programs().get(b.module_text(), in_specs, out_specs, &served);
+    const std::string module = b.module_text();
+    auto exe = s.programs().get(module, in_specs, out_specs, &served);
     if (served.from != pjrt::Served::kMemory) {
       KeyFields fields;
       std::string sig;
@@ -30,6 +32,7 @@ std::vector<pjrt::BufferPtr> run_program(
         fields.push_back({"input " + std::to_string(i), in_specs[i].str(), "input"});
         sig += (i ? ", " : "") + in_specs[i].str();
       }
+      aot_submit(std::string(name) + "(" + sig + ")", module, aot_text(b, "op"));
       note_program(name, sig, std::move(fields), served);
     }
     auto outs = exe->execute(device, inputs, name);

@@ -43,6 +43,7 @@ struct Lowered {
   std::string module;  // StableHLO text
   std::vector<pjrt::TensorSpec> in_specs, out_specs;
   KeyFields fields;  // compile reasons: the call's key parts
+  std::string targets_module;  // as lowered for the deviceless targets where it differs (aten/aot.h)
 };
 
 struct Entry {

@@ -3,6 +3,7 @@
 // views read from and written back to their storages' bases inside the program. The entry keeps the program's
 // text; it is compiled at its first launch (table_launch.cpp), so a call fused eager records is never compiled
 // by itself.
+#include "aten/aot.h"
 #include "aten/table_kernel_class.h"
 
 namespace torch_pjrt {
@@ -210,7 +211,7 @@ void TableKernel::build_program(const c10::OperatorHandle& op, const torch::jit:
   ctx.lazy_rng_state = add_rng_state;
 
   // 3. Lower, then convert results to the types shape inference promised.
-  std::vector<hlo::Value> results = row_->fn(ctx);
+  std::vector<hlo::Value> results = lowering::lower_row(*row_, ctx);
   convert_results(b, results, outs, name_);
 
   // 4. Outputs: new tensors (functional), or new bases for written storages (in-place, out=).
@@ -294,6 +295,7 @@ void TableKernel::build_program(const c10::OperatorHandle& op, const torch::jit:
   entry.num_results = is_inplace_ || is_out_ ? new_returns_ : results.size();
   b.ret(program_outputs);
   entry.lowered.module = b.module_text(name_for_module());
+  entry.lowered.targets_module = aot_text(b, name_for_module());
   entry.lowered.in_specs = std::move(in_specs);
   entry.lowered.out_specs = std::move(out_specs);
 }

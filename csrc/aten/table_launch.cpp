@@ -1,5 +1,6 @@
 // TableKernel's launch (table_kernel_class.h): an entry's program is compiled at its first launch, then each
 // call locks its storages, gathers its arguments, runs, and sinks its results.
+#include "aten/aot.h"
 #include "aten/table_kernel_class.h"
 
 namespace torch_pjrt {
@@ -18,6 +19,7 @@ bool TableKernel::compile_entry(Entry& entry) {
       entry.fallback = true;
       return;
     }
+    aot_submit(name_ + "(" + entry.signature + ")", l.module, l.targets_module);
     note_program(name_, entry.signature, std::move(l.fields), served);
     entry.lowered = Lowered();  // the text is the program cache's now
   });

@@ -93,7 +93,7 @@ void Builder::ret(const std::vector<Value>& results) {
   }
 }
 
-std::string Builder::module_text(const std::string& name) const {
+std::string Builder::module_text(const std::string& name, int variant) const {
   require(returned_, "module has no return");
   std::string s = "module @" + name +
                   " attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
@@ -119,7 +119,7 @@ std::string Builder::module_text(const std::string& name) const {
     s += results_[i].str();
   }
   s += ") -> ()\n  }\n}\n";
-  return s;
+  return variants_.empty() ? s : expand_variants(s, variant);
 }
 
 namespace {
@@ -395,7 +395,7 @@ Value Builder::broadcast_in_dim(Value a, const Dims& out_dims, const Dims& broad
   for (int64_t i = 0; identity && i < a.rank(); ++i) identity = broadcast_dims[i] == i;
   if (identity) return a;
   if (materialize && costly(a) && Type{a.elem(), out_dims}.numel() - a.type.numel() >= kMaterializeAbove)
-    a = materialize(*this, a);
+    a = per_variant([&] { return std::vector<Value>{materialize(*this, a)}; })[0];
   Value r = emit("stablehlo.broadcast_in_dim", {a}, "broadcast_dimensions = " + dims_attr(broadcast_dims),
                  {Type{a.elem(), out_dims}})[0];
   broadcast_of_[r.id] = {a, broadcast_dims};
@@ -546,9 +546,16 @@ Value Builder::dot_general(Value a, Value b, const Dims& lhs_batch, const Dims& 
                            const Dims& lhs_contract, const Dims& rhs_contract, ElementType result) {
   Product p;
   if (product && as_product(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract, result, &p)) {
-    Value v = product(*this, p);
-    if (v.valid()) return v;
+    return per_variant([&] {
+      Value v = product(*this, p);
+      return std::vector<Value>{v.valid() ? v : dot(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract, result)};
+    })[0];
   }
+  return dot(a, b, lhs_batch, rhs_batch, lhs_contract, rhs_contract, result);
+}
+
+Value Builder::dot(Value a, Value b, const Dims& lhs_batch, const Dims& rhs_batch, const Dims& lhs_contract,
+                   const Dims& rhs_contract, ElementType result) {
   Dims out;
   for (int64_t d : lhs_batch) out.push_back(a.dims()[d]);
   auto free_dims = [&](const Value& v, const Dims& batch, const Dims& contract) {

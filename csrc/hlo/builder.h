@@ -24,6 +24,12 @@ class Error : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
+// Which variant the calling thread is lowering (Builder::per_variant): -1 outside any per_variant scope,
+// else 0 or 1. A lowering whose choice differs between the variants calls note_variant_choice() in
+// variant 0, so that per_variant lowers variant 1 too.
+int lowering_variant();
+void note_variant_choice();
+
 struct Type {
   ElementType elem = ElementType::kInvalid;
   Dims dims;
@@ -59,7 +65,18 @@ class Builder {
 
   Value arg(Type type, const std::string& attrs = "");
   void ret(const std::vector<Value>& results);
-  std::string module_text(const std::string& name = "op") const;
+  // The module as variant `variant` of its per-target lowerings (per_variant below): 0 is the program
+  // this process's device runs, 1 the program for a device without torch-pjrt's host kernels.
+  std::string module_text(const std::string& name = "op", int variant = 0) const;
+
+  // Lowering for several targets at once (deviceless compiles for other devices, pjrt/aot.h). Choices
+  // that depend on the device (a host kernel's custom call, chlo.ragged_dot) are made inside per_variant:
+  // while `two_variants` is set, `fn` runs once for variant 0, and again for variant 1 only if it made
+  // such a choice (note_variant_choice); each run's text is kept, and module_text renders one of them.
+  // Otherwise `fn` runs once, inline. The results are the same values in both variants (same types).
+  std::vector<Value> per_variant(const std::function<std::vector<Value>()>& fn);
+  bool has_variants() const { return !variants_.empty(); }
+  static bool two_variants;  // set once, before any lowering, when deviceless targets are configured
 
   // Constants: a splat of `v` converted to `type` (bool for pred: v != 0).
   Value constant(double v, const Type& type);
@@ -168,6 +185,10 @@ class Builder {
                           const std::string& attrs, const std::vector<Type>& results,
                           const std::vector<std::string>& regions = {});
   std::string region(const std::vector<Type>& arg_types, const Body& body);
+  // stablehlo.dot_general as given (dot_general offers products to `product` first)
+  Value dot(Value a, Value b, const Dims& lhs_batch, const Dims& rhs_batch, const Dims& lhs_contract,
+            const Dims& rhs_contract, ElementType result);
+  std::string expand_variants(const std::string& text, int variant) const;
   std::string ref(const Value& v) const;  // %vN, or %gM#i for a result of a multi-result op
   bool as_product(Value a, Value b, const Dims& lhs_batch, const Dims& rhs_batch, const Dims& lhs_contract,
                   const Dims& rhs_contract, ElementType result, Product* p) const;
@@ -187,6 +208,9 @@ class Builder {
     int group, first_id, count;
   };
   std::vector<Alias> aliases_;
+
+  // per_variant's texts: a line "//@variant K" in the body stands for variants_[K][variant]
+  std::vector<std::pair<std::string, std::string>> variants_;
 
   int next_id_ = 0;
   std::vector<std::pair<Type, std::string>> args_;

@@ -291,9 +291,9 @@ Value ragged_contraction(Builder& b, Value a, Value y, Value offs, ElementType a
 // loops otherwise. TORCH_PJRT_RAGGED_DOT=native|kernel|loop chooses one, to compare them.
 enum class Ragged { kNative, kKernel, kLoop };
 Ragged ragged_impl() {
-  static const Ragged impl = [] {
+  static const Ragged host = [] {
     pjrt::Session* s = pjrt::Session::get_or_null();
-    const bool kernel = host_kernels();
+    const bool kernel = s && s->host_kernels();  // this device's choice, whichever variant asks first
     const char* e = std::getenv("TORCH_PJRT_RAGGED_DOT");
     const std::string want = e ? e : "";
     if (want == "native") return Ragged::kNative;
@@ -306,7 +306,11 @@ Ragged ragged_impl() {
     if (s && s->client().platform_name() != "cpu") return Ragged::kNative;
     return kernel ? Ragged::kKernel : Ragged::kLoop;
   }();
-  return impl;
+  // Lowering for deviceless targets too (hlo::Builder::per_variant): they compile chlo.ragged_dot.
+  if (!Builder::two_variants || host == Ragged::kNative) return host;
+  if (hlo::lowering_variant() == 1) return Ragged::kNative;
+  if (hlo::lowering_variant() == 0) hlo::note_variant_choice();
+  return host;
 }
 
 // ragged_rows through the host kernel: x in float32 (bfloat16 rows with bfloat16 weights as they are),

@@ -360,7 +360,13 @@ Value transposed_copy(Ctx& c, size_t k) {
 
 bool host_kernels() {
   pjrt::Session* s = pjrt::Session::get_or_null();
-  return s && s->host_kernels();
+  if (!s || !s->host_kernels()) return false;
+  if (!Builder::two_variants) return true;
+  // Lowering for deviceless targets too (hlo::Builder::per_variant): the host kernels are this device's
+  // variant; outside a per-variant scope, the program must suit both, so no kernel.
+  if (hlo::lowering_variant() != 0) return false;
+  hlo::note_variant_choice();
+  return true;
 }
 
 namespace {

@@ -108,6 +108,10 @@ struct Row {
 // All rows, collected from the category files (pointwise.cpp, reduction.cpp, ...).
 const std::vector<Row>& table();
 
+// row.fn(c), lowered per target where the row's choices depend on the device (hlo::Builder::per_variant):
+// what every caller of a row's lowering calls.
+std::vector<Value> lower_row(const Row& row, Ctx& c);
+
 struct Rows {
   Rows(std::initializer_list<Row> rows);  // a category file's static registration
 };

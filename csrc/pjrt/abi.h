@@ -128,6 +128,12 @@ enum Fn : int {
   kBufferCopyToDevice = 69,
   kBufferToHostBuffer = 70,
   kBufferReadyEvent = 72,
+  // compile-only: a topology described by options, and a compile against it with no client
+  kTopologyDescriptionCreate = 82,
+  kTopologyDescriptionDestroy = 83,
+  kTopologyDescriptionPlatformName = 84,
+  kTopologyDescriptionPlatformVersion = 85,
+  kCompile = 89,
 };
 
 // Extensions hang off Api::extension_start (ExtensionBase::type).
@@ -224,6 +230,34 @@ struct Program {
   size_t code_size;
   const char* format;
   size_t format_size;
+};
+struct Topology;
+struct TopologyDescriptionCreateArgs {
+  PJRT_ARGS_HEADER;
+  const char* topology_name;
+  size_t topology_name_size;
+  const NamedValue* create_options;
+  size_t num_options;
+  Topology* topology;
+};
+struct TopologyDescriptionArgs {  // TopologyDescription_Destroy
+  PJRT_ARGS_HEADER;
+  Topology* topology;
+};
+struct TopologyDescriptionStringArgs {  // TopologyDescription_PlatformName, _PlatformVersion
+  PJRT_ARGS_HEADER;
+  Topology* topology;
+  const char* value;
+  size_t value_size;
+};
+struct CompileArgs {  // PJRT_Compile: compile-only, client may be null
+  PJRT_ARGS_HEADER;
+  const Topology* topology;
+  const Program* program;
+  const char* compile_options;
+  size_t compile_options_size;
+  Client* client;
+  Executable* executable;
 };
 struct ClientCompileArgs {
   PJRT_ARGS_HEADER;

@@ -53,6 +53,18 @@ bool hardware_present(const std::string& kind) {
 
 }  // namespace
 
+std::string find_plugin(const std::string& kind, const std::vector<std::string>& search_roots) {
+  for (const auto& known : known_plugins())
+    if (kind == known.kind) return find(known, search_roots);
+  return "";
+}
+
+std::string plugin_wheel(const std::string& kind) {
+  for (const auto& known : known_plugins())
+    if (kind == known.kind) return known.wheel;
+  return "";
+}
+
 PluginChoice choose_plugin(const std::string& setting, const std::vector<std::string>& search_roots) {
   PluginChoice choice;
   if (!setting.empty()) {

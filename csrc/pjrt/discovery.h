@@ -16,4 +16,9 @@ struct PluginChoice {
 // `search_roots` are site-packages folders (Python passes sys.path); `setting` is TORCH_PJRT_PLUGIN.
 PluginChoice choose_plugin(const std::string& setting, const std::vector<std::string>& search_roots);
 
+// The installed plugin of `kind` ("cpu", "cuda", "tpu") under `search_roots`, or "" (whether or not
+// its hardware is here: deviceless compiles need the plugin only); and the wheel that provides it.
+std::string find_plugin(const std::string& kind, const std::vector<std::string>& search_roots);
+std::string plugin_wheel(const std::string& kind);
+
 }  // namespace pjrt

@@ -1,5 +1,7 @@
 #include "pjrt/session.h"
 
+#include "hlo/builder.h"
+
 #include <malloc.h>
 
 #include "kernels/kernels.h"
@@ -151,6 +153,17 @@ Session* Session::get_or_null() {
         s->host_kernels_ = kernels::register_host_kernels(*plugin, &s->host_kernels_reason_);
       int64_t max_mb = std::atoll(env("TORCH_PJRT_CACHE_MAX_MB", "4096").c_str());
       s->programs_ = std::make_unique<ProgramCache>(*s->client_, default_cache_dir(), max_mb << 20);
+      const std::string targets = env("TORCH_PJRT_AOT_TARGETS");
+      if (!targets.empty()) {
+        try {
+          s->aot_ = std::make_unique<Aot>(targets, roots(), default_cache_dir());
+        } catch (const std::exception& e) {
+          reason() = e.what();  // asked for, so not ignored: the device is unusable until the setting is fixed
+          return;
+        }
+        // from now on, programs are lowered for this device and for the targets (hlo::Builder::per_variant)
+        hlo::Builder::two_variants = true;
+      }
       instance() = s;  // intentionally leaked: plugins must outlive every buffer and static destructor
     } catch (const std::exception& e) {
       reason() = std::string("cannot start PJRT plugin ") + choice.path + ": " + e.what();
@@ -164,6 +177,10 @@ void Session::release_freed_memory() const {
   if (client_->platform_name() == "cpu") malloc_trim(0);
 #endif
 }
+
+Session* Session::if_started() { return instance(); }
+
+const std::vector<std::string>& Session::search_roots() { return roots(); }
 
 Session& Session::get() {
   Session* s = get_or_null();

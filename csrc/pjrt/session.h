@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "pjrt/aot.h"
 #include "pjrt/discovery.h"
 #include "pjrt/program_cache.h"
 #include "pjrt/runtime.h"
@@ -17,11 +18,14 @@ class Session {
  public:
   // Where to look for plugin wheels (site-packages folders); call before first use.
   static void configure(std::vector<std::string> search_roots);
+  static const std::vector<std::string>& search_roots();
   // The session, or nullptr when no plugin could be loaded (see unavailable_reason()).
   static Session* get_or_null();
   // The session; throws std::runtime_error with the reason when unavailable.
   static Session& get();
   static const std::string& unavailable_reason();
+  // The session if it was started already, else nullptr (starts nothing).
+  static Session* if_started();
 
   const PluginChoice& choice() const { return choice_; }
   Client& client() { return *client_; }
@@ -33,12 +37,15 @@ class Session {
   // system: torch.tpu.empty_cache(). Nothing to do off the CPU plugin.
   void release_freed_memory() const;
   const std::string& host_kernels_reason() const { return host_kernels_reason_; }
+  // The deviceless targets every program also compiles for (TORCH_PJRT_AOT_TARGETS), or nullptr.
+  Aot* aot() const { return aot_.get(); }
 
  private:
   Session() = default;
   PluginChoice choice_;
   std::unique_ptr<Client> client_;
   std::unique_ptr<ProgramCache> programs_;
+  std::unique_ptr<Aot> aot_;
   bool host_kernels_ = false;
   std::string host_kernels_reason_;
 };

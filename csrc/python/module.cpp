@@ -56,6 +56,25 @@ py::dict plugin_info() {
   return d;
 }
 
+// The deviceless targets' counts (pjrt/aot.h), by target name; empty without TORCH_PJRT_AOT_TARGETS.
+py::dict aot_stats() {
+  py::dict d;
+  auto* s = pjrt::Session::get_or_null();
+  if (!s || !s->aot()) return d;
+  for (const auto& t : s->aot()->stats()) {
+    py::dict e;
+    e["device"] = t.device;
+    e["platform"] = t.platform;
+    e["compiles"] = t.compiles;
+    e["failures"] = t.failures;
+    e["cached"] = t.cached;
+    e["pending"] = t.pending;
+    e["compile_seconds"] = t.seconds;
+    d[py::str(t.target)] = e;
+  }
+  return d;
+}
+
 py::dict metrics_dict() {
   py::dict d;
   py::dict fb;
@@ -80,6 +99,7 @@ py::dict metrics_dict() {
   d["live_buffers"] = pjrt::Buffer::live_count();
   d["live_bytes"] = pjrt::Buffer::live_bytes();
   d["scalar_cache_entries"] = scalar_cache_entries();
+  d["aot"] = aot_stats();
   return d;
 }
 
@@ -97,6 +117,26 @@ PYBIND11_MODULE(_C, m) {
     at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
   });
   m.def("_device_count", [] { return device_count(); });
+  m.def("_find_plugin", [](const std::string& kind) { return pjrt::find_plugin(kind, pjrt::Session::search_roots()); });
+  m.def("_aot_targets", [] {
+    py::list out;
+    for (const auto& t : pjrt::aot_targets()) out.append(py::make_tuple(t.name, t.plugin, t.device));
+    return out;
+  });
+  m.def("_aot_report", [](bool wait) {
+    py::dict d;
+    auto* s = pjrt::Session::if_started();
+    if (!s || !s->aot()) return d;
+    if (wait) {
+      py::gil_scoped_release release;
+      s->aot()->drain();
+    }
+    d["targets"] = aot_stats();
+    py::list failures;
+    for (const auto& f : s->aot()->failures()) failures.append(py::make_tuple(f.target, f.program, f.error));
+    d["failures"] = failures;
+    return d;
+  }, py::arg("wait") = true);
   m.def("_empty_cache", [] {
     if (auto* s = pjrt::Session::get_or_null()) s->release_freed_memory();
   });

@@ -68,6 +68,7 @@ def _search_roots():
 
 _C._configure(_search_roots())
 
+from . import aot  # noqa: E402,F401  (TORCH_PJRT_AOT_TARGETS: the report at exit)
 from . import device as _device_module  # noqa: E402
 from . import backends as _backends_module  # noqa: E402
 
@@ -95,7 +96,9 @@ def metrics():
     ``donation_copies`` (inputs a program updates in place that something else still held: copied first),
     ``compiles`` and ``compile_seconds`` (plugin compiles), ``disk_cache_hits``, ``live_buffers`` and
     ``live_bytes`` (device buffers held by tensors), ``scalar_cache_entries``, ``distributed`` (the
-    transport of the c10d backend tpu_dist, its collectives and the bytes it staged to and from the host).
+    transport of the c10d backend tpu_dist, its collectives and the bytes it staged to and from the host),
+    ``aot`` (per deviceless target of ``TORCH_PJRT_AOT_TARGETS``: programs compiled, failed, found in the
+    cache and pending; see :mod:`torch_pjrt.aot`).
     """
     d = _C._metrics()
     d["distributed"] = _distributed.metrics()

@@ -22,7 +22,15 @@ def info() -> int:
     print(f"devices:          {len(p['devices'])}")
     for d in p["devices"]:
         print(f"  tpu:{d['index']}  kind={d['kind']}  id={d['id']}  {d['description']}")
-    from . import distributed
+    from . import aot, distributed
+
+    have = {k: bool(torch_pjrt._C._find_plugin(k)) for k in ("cuda", "tpu")}
+    print("deviceless targets (TORCH_PJRT_AOT_TARGETS):")
+    for name, (kind, device) in aot.targets().items():
+        print(f"  {name:13s} {device:32s} {'plugin installed' if have[kind] else 'needs the ' + kind + ' plugin'}")
+    active = aot.report(wait=False)
+    if active:
+        print(f"  active: {', '.join(active['targets'])}")
 
     print(f"torch.distributed: backend {distributed.BACKEND!r}; ranks in several processes: host transport "
           f"({distributed.transport_reason()})")

@@ -312,3 +312,47 @@ TEST(sine_and_cosine_are_materialized_before_wide_broadcasts) {
   Builder::materialize = saved;
   CHECK(count(b.module_text()) == 1);
 }
+
+// Builder::per_variant: a lowering that depends on the device is kept once per variant (here a negate
+// in variant 0 and 0 - x in variant 1, standing in for a host kernel and its portable form); one that
+// does not is emitted once. Both variants' modules compile and give the same values.
+TEST(per_variant_keeps_one_text_per_variant) {
+  const ElementType f32 = ElementType::kF32;
+  const bool saved = Builder::two_variants;
+  Builder::two_variants = true;
+  Program p;
+  Value x = p.arg(f32, {4});
+  Value plain = p.b.per_variant([&] { return std::vector<Value>{p.b.binary("add", x, x)}; })[0];
+  Value chosen = p.b.per_variant([&] {
+    CHECK(hlo::lowering_variant() >= 0);
+    if (hlo::lowering_variant() == 0) {
+      hlo::note_variant_choice();
+      return std::vector<Value>{p.b.unary("negate", x)};
+    }
+    return std::vector<Value>{p.b.binary("subtract", p.b.constant(0, Type{f32, {4}}), x)};
+  })[0];
+  Value y = p.b.binary("multiply", plain, chosen);
+  Builder::two_variants = saved;
+  CHECK(hlo::lowering_variant() == -1);
+  CHECK(p.b.has_variants());
+  p.b.ret({y});
+  const std::string v0 = p.b.module_text("m", 0), v1 = p.b.module_text("m", 1);
+  CHECK(v0.find("stablehlo.negate") != std::string::npos && v0.find("stablehlo.subtract") == std::string::npos);
+  CHECK(v1.find("stablehlo.subtract") != std::string::npos && v1.find("stablehlo.negate") == std::string::npos);
+  CHECK(v0.find("variant") == std::string::npos && v1.find("variant") == std::string::npos);
+  auto count = [](const std::string& s, const std::string& what) {
+    int n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count(v0, "stablehlo.add") == 1 && count(v1, "stablehlo.add") == 1);
+  const float host[4] = {1, -2, 3, 0.5f};
+  auto& c = test_client();
+  for (const std::string* text : {&v0, &v1}) {
+    auto exe = c.compile(*text, p.in, {{f32, {4}}});
+    auto in = c.from_host(host, f32, {4}, 0);
+    auto out = exe->execute(0, {in.get()}, "test");
+    std::vector<float> got = read<float>(out[0]);
+    for (int i = 0; i < 4; ++i) CHECK(got[i] == -2 * host[i] * host[i]);
+  }
+}

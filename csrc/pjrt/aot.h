@@ -1,0 +1,84 @@
+// Deviceless compiles (TORCH_PJRT_AOT_TARGETS): every program the run compiles for its own device is also
+// compiled for other devices that are not here, through their plugins' compile-only path (a topology made
+// from options, then PJRT_Compile with no client): NVIDIA GPUs named by the target specs that the CUDA
+// plugin embeds, and TPU topologies that libtpu knows. Programs are lowered for such a target as for its own plugin (hlo::Builder::per_variant:
+// no CPU host kernels, chlo.ragged_dot). Compiles run on a background thread at low priority; each
+// target's executables are kept on disk by program text, so a program compiles once per target.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "pjrt/runtime.h"
+
+namespace pjrt {
+
+struct AotTargetInfo {
+  const char* name;    // what TORCH_PJRT_AOT_TARGETS takes: "h100", "tpu-v6e"
+  const char* plugin;  // the plugin kind that compiles for it ("cuda" or "tpu", see discovery.h)
+  // CUDA: the GPU's name in the plugin's target specs ("NVIDIA H100 80GB HBM3"). TPU: libtpu's topology
+  // name ("v6e:1x1").
+  const char* device;
+};
+const std::vector<AotTargetInfo>& aot_targets();
+
+struct AotStats {
+  std::string target, device, platform;
+  int64_t compiles = 0;  // programs compiled for the target in this process
+  int64_t failures = 0;
+  int64_t cached = 0;    // programs whose executable for the target was on disk already
+  int64_t pending = 0;   // programs queued, not compiled yet
+  double seconds = 0;    // in those compiles
+};
+
+struct AotFailure {
+  std::string target, program, error;
+};
+
+class Aot {
+ public:
+  // `setting`: target names, comma-separated. `roots`: site-packages folders to find the plugins in.
+  // `cache_dir`: the program cache's folder ("" keeps nothing on disk). Throws Error naming the wheels to
+  // install when a target's plugin or the files it needs are missing, std::invalid_argument for an
+  // unknown name.
+  Aot(const std::string& setting, const std::vector<std::string>& roots, const std::string& cache_dir);
+  Aot(const Aot&) = delete;
+  ~Aot();  // never runs in practice: the session that holds it lives until the process ends
+
+  // Queues `mlir` for every target; `program` names it in failures (the op or graph and its shapes).
+  void submit(std::string program, std::string mlir);
+  // Waits until every queued program is compiled.
+  void drain();
+  std::vector<AotStats> stats() const;
+  std::vector<AotFailure> failures() const;
+
+  // The target spec (text GpuTargetConfigProto) the CUDA plugin at `plugin_path` embeds for `device`.
+  static std::string gpu_target_spec(const std::string& plugin_path, const std::string& device);
+
+ private:
+  struct Target;
+  struct Job {
+    std::string program, mlir;
+  };
+  void work();
+  void compile(Target& t, const Job& job);
+
+  std::vector<std::unique_ptr<Target>> targets_;
+  std::string options_;  // the serialized compile options, as for this process's programs
+  mutable std::mutex mu_;
+  std::condition_variable wake_, idle_;
+  std::deque<Job> queue_;
+  std::unordered_set<uint64_t> seen_;  // program texts already queued
+  bool busy_ = false;
+  std::vector<AotFailure> failures_;
+  std::thread worker_;
+};
+
+}  // namespace pjrt
