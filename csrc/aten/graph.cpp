@@ -309,7 +309,7 @@ std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids,
   if (aot_active()) {
     std::string shapes;
     for (size_t i = 0; i < in_specs.size(); ++i) shapes += (i ? ", " : "") + in_specs[i].str();
-    aot_submit(name_ + "(" + shapes + ")", module, aot_text(b_, name_));
+    aot_submit(name_ + "(" + shapes + ")", module, aot_text(b_, name_), p->exe_);
   }
   if (!served) {  // a torch.compile graph: its key parts are its inputs
     KeyFields fields;

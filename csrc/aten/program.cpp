@@ -32,7 +32,7 @@ std::vector<pjrt::BufferPtr> run_program(
         fields.push_back({"input " + std::to_string(i), in_specs[i].str(), "input"});
         sig += (i ? ", " : "") + in_specs[i].str();
       }
-      aot_submit(std::string(name) + "(" + sig + ")", module, aot_text(b, "op"));
+      aot_submit(std::string(name) + "(" + sig + ")", module, aot_text(b, "op"), exe);
       note_program(name, sig, std::move(fields), served);
     }
     auto outs = exe->execute(device, inputs, name);

@@ -19,7 +19,7 @@ bool TableKernel::compile_entry(Entry& entry) {
       entry.fallback = true;
       return;
     }
-    aot_submit(name_ + "(" + entry.signature + ")", l.module, l.targets_module);
+    aot_submit(name_ + "(" + entry.signature + ")", l.module, l.targets_module, entry.exe);
     note_program(name_, entry.signature, std::move(l.fields), served);
     entry.lowered = Lowered();  // the text is the program cache's now
   });

@@ -115,6 +115,7 @@ enum Fn : int {
   kDeviceMemoryStats = 34,
   kExecutableDestroy = 40,
   kExecutableNumOutputs = 44,
+  kExecutableGetCostAnalysis = 46,
   kExecutableSerialize = 49,
   kLoadedExecutableDestroy = 50,
   kLoadedExecutableGetExecutable = 51,
@@ -332,6 +333,12 @@ struct ExecutableNumOutputsArgs {
   PJRT_ARGS_HEADER;
   Executable* executable;
   size_t num_outputs;
+};
+struct ExecutableGetCostAnalysisArgs {
+  PJRT_ARGS_HEADER;
+  Executable* executable;
+  size_t num_properties;
+  const NamedValue* properties;  // owned by the executable
 };
 struct ExecutableSerializeArgs {
   PJRT_ARGS_HEADER;

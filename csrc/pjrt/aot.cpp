@@ -118,7 +118,29 @@ struct Aot::Target {
   abi::Topology* topology = nullptr;
   std::string platform, dir;
   AotStats stats;
+  std::unordered_map<uint64_t, std::map<std::string, double>> costs;  // by program text
 };
+
+namespace {
+// A cost analysis beside its executable on disk: "name value" lines.
+void write_cost(const std::string& file, const std::map<std::string, double>& cost) {
+  std::ofstream out(file + ".tmp");
+  out.precision(17);
+  for (const auto& [k, v] : cost) out << k << ' ' << v << '\n';
+  out.close();
+  if (!out || std::rename((file + ".tmp").c_str(), file.c_str()) != 0) std::remove((file + ".tmp").c_str());
+}
+std::map<std::string, double> read_cost(const std::string& file) {
+  std::map<std::string, double> cost;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t sp = line.rfind(' ');
+    if (sp != std::string::npos) cost[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+  }
+  return cost;
+}
+}  // namespace
 
 Aot::Aot(const std::string& setting, const std::vector<std::string>& roots, const std::string& cache_dir) {
   std::vector<std::string> names;
@@ -146,7 +168,12 @@ Aot::Aot(const std::string& setting, const std::vector<std::string>& roots, cons
       throw Error(Code::kNotFound, "TORCH_PJRT_AOT_TARGETS=" + name + " needs the " + info->plugin + " plugin: pip install " +
                                        plugin_wheel(info->plugin) + (cuda ? " nvidia-cuda-nvcc nvidia-nvvm" : ""));
     if (cuda) require_cuda_tools(roots);
-    if (!cuda) setenv("TPU_SKIP_MDS_QUERY", "1", 0);  // no metadata server to ask: this is not a TPU host
+    if (!cuda) {
+      // libtpu as a compiler only: no metadata server to ask, and no claim on the TPU (a lockfile that
+      // would keep a second process, a test worker, from loading it)
+      setenv("TPU_SKIP_MDS_QUERY", "1", 0);
+      setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1", 0);
+    }
     auto t = std::make_unique<Target>();
     t->info = *info;
     t->plugin = Plugin::load(path);
@@ -194,10 +221,12 @@ Aot::~Aot() {
   if (worker_.joinable()) worker_.detach();
 }
 
-void Aot::submit(std::string program, std::string mlir) {
+void Aot::submit(std::string program, std::string mlir, const ExecutablePtr& executable) {
   if (targets_.empty()) return;
+  const uint64_t key = fingerprint(mlir);
   std::lock_guard<std::mutex> lock(mu_);
-  if (!seen_.insert(fingerprint(mlir)).second) return;
+  if (!seen_.insert(key).second) return;
+  submitted_.push_back({program, key, executable});
   for (auto& t : targets_) ++t->stats.pending;
   queue_.push_back({std::move(program), std::move(mlir)});
   wake_.notify_one();
@@ -226,13 +255,17 @@ void Aot::work() {
 }
 
 void Aot::compile(Target& t, const Job& job) {
-  const std::string file = t.dir.empty() ? "" : t.dir + "/" + hex64(fingerprint(job.mlir)) + ".bin";
+  const uint64_t key = fingerprint(job.mlir);
+  const std::string file = t.dir.empty() ? "" : t.dir + "/" + hex64(key) + ".bin";
   if (!file.empty() && exists(file)) {
+    std::map<std::string, double> cost = read_cost(file + ".cost");
     std::lock_guard<std::mutex> lock(mu_);
     --t.stats.pending;
     ++t.stats.cached;
+    t.costs[key] = std::move(cost);
     return;
   }
+  std::map<std::string, double> cost;
   auto start = std::chrono::steady_clock::now();
   std::string error, bytes;
   try {
@@ -248,6 +281,7 @@ void Aot::compile(Target& t, const Job& job) {
     args.compile_options = options_.data();
     args.compile_options_size = options_.size();
     t.plugin->call(abi::kCompile, args, "PJRT_Compile");
+    cost = cost_analysis(*t.plugin, args.executable);
     abi::ExecutableSerializeArgs ser{};
     ser.executable = args.executable;
     try {
@@ -270,8 +304,10 @@ void Aot::compile(Target& t, const Job& job) {
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.close();
     if (!out || std::rename(tmp.c_str(), file.c_str()) != 0) std::remove(tmp.c_str());
+    write_cost(file + ".cost", cost);
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (error.empty()) t.costs[key] = std::move(cost);
   --t.stats.pending;
   ++t.stats.compiles;
   t.stats.seconds += seconds;
@@ -286,6 +322,20 @@ std::vector<AotStats> Aot::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<AotStats> out;
   for (const auto& t : targets_) out.push_back(t->stats);
+  return out;
+}
+
+std::vector<AotProgram> Aot::programs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<AotProgram> out;
+  for (const auto& s : submitted_) {
+    AotProgram p{s.program, s.executable.lock(), {}};
+    for (const auto& t : targets_) {
+      auto it = t->costs.find(s.key);
+      p.costs.push_back(it == t->costs.end() ? std::map<std::string, double>{} : it->second);
+    }
+    out.push_back(std::move(p));
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,6 +43,15 @@ struct AotFailure {
   std::string target, program, error;
 };
 
+// A program handed to the targets, for estimates: how often this device ran it, and each target's cost
+// analysis of it (XLA's: "flops", "bytes accessed", "transcendentals", "optimal_seconds", ...; empty
+// where the compile failed or is pending).
+struct AotProgram {
+  std::string program;
+  ExecutablePtr executable;  // this device's, while it lives (null once freed)
+  std::vector<std::map<std::string, double>> costs;  // by target, in stats()' order
+};
+
 class Aot {
  public:
   // `setting`: target names, comma-separated. `roots`: site-packages folders to find the plugins in.
@@ -52,12 +62,14 @@ class Aot {
   Aot(const Aot&) = delete;
   ~Aot();  // never runs in practice: the session that holds it lives until the process ends
 
-  // Queues `mlir` for every target; `program` names it in failures (the op or graph and its shapes).
-  void submit(std::string program, std::string mlir);
+  // Queues `mlir` for every target; `program` names it in failures (the op or graph and its shapes);
+  // `executable` is this device's program (its launches weigh the estimates).
+  void submit(std::string program, std::string mlir, const ExecutablePtr& executable = nullptr);
   // Waits until every queued program is compiled.
   void drain();
   std::vector<AotStats> stats() const;
   std::vector<AotFailure> failures() const;
+  std::vector<AotProgram> programs() const;
 
   // The target spec (text GpuTargetConfigProto) the CUDA plugin at `plugin_path` embeds for `device`.
   static std::string gpu_target_spec(const std::string& plugin_path, const std::string& device);
@@ -66,6 +78,11 @@ class Aot {
   struct Target;
   struct Job {
     std::string program, mlir;
+  };
+  struct Submitted {
+    std::string program;
+    uint64_t key;
+    std::weak_ptr<Executable> executable;
   };
   void work();
   void compile(Target& t, const Job& job);
@@ -78,6 +95,7 @@ class Aot {
   std::unordered_set<uint64_t> seen_;  // program texts already queued
   bool busy_ = false;
   std::vector<AotFailure> failures_;
+  std::vector<Submitted> submitted_;
   std::thread worker_;
 };
 

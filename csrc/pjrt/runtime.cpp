@@ -637,7 +637,38 @@ void Executable::launch(int device, const std::vector<const Buffer*>& args, abi:
   exec.num_args = args.size();
   exec.output_lists = &out;
   exec.execute_device = client_.device(device).handle;
+  launches_.fetch_add(1, std::memory_order_relaxed);
   client_.plugin().call(abi::kLoadedExecutableExecute, exec, op_name);
+}
+
+std::map<std::string, double> cost_analysis(const Plugin& plugin, abi::Executable* executable) {
+  std::map<std::string, double> out;
+  if (!plugin.has(abi::kExecutableGetCostAnalysis)) return out;
+  abi::ExecutableGetCostAnalysisArgs args{};
+  args.executable = executable;
+  try {
+    plugin.call(abi::kExecutableGetCostAnalysis, args, "PJRT_Executable_GetCostAnalysis");
+  } catch (const Error&) {
+    return out;  // plugins that do not analyse (the CUDA plugin's executables compiled without a device)
+  }
+  for (size_t i = 0; i < args.num_properties; ++i) {
+    const abi::NamedValue& v = args.properties[i];
+    const std::string name(v.name, v.name_size);
+    if (v.type == abi::kFloat) out[name] = v.float_value;
+    else if (v.type == abi::kInt64) out[name] = static_cast<double>(v.int64_value);
+  }
+  return out;
+}
+
+std::map<std::string, double> Executable::cost_analysis() const {
+  abi::LoadedExecutableGetExecutableArgs get{};
+  get.loaded_executable = handle_;
+  client_.plugin().call(abi::kLoadedExecutableGetExecutable, get, "PJRT_LoadedExecutable_GetExecutable");
+  std::map<std::string, double> out = pjrt::cost_analysis(client_.plugin(), get.executable);
+  abi::ExecutableArgs destroy{};
+  destroy.executable = get.executable;
+  client_.plugin().call(abi::kExecutableDestroy, destroy, "PJRT_Executable_Destroy");
+  return out;
 }
 
 std::vector<BufferPtr> Executable::execute_collective(int device, const std::vector<const Buffer*>& args,

@@ -221,6 +221,11 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // The plugin's serialized form (for the disk cache).
   std::string serialize() const;
   abi::LoadedExecutable* handle() const { return handle_; }
+  // How many times it was launched (every path: execute, dispatch, collective).
+  int64_t launches() const { return launches_.load(std::memory_order_relaxed); }
+  // XLA's cost analysis of the compiled program ("flops", "bytes accessed", ...; empty where the plugin
+  // gives none).
+  std::map<std::string, double> cost_analysis() const;
 
  private:
   void check_args(const std::vector<const Buffer*>& args, const char* op_name) const;
@@ -234,7 +239,10 @@ class Executable : public std::enable_shared_from_this<Executable> {
   abi::LoadedExecutable* handle_;
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;
+  mutable std::atomic<int64_t> launches_{0};
 };
+// The cost analysis of an (unloaded) executable of `plugin`: property name -> value.
+std::map<std::string, double> cost_analysis(const Plugin& plugin, abi::Executable* executable);
 using ExecutablePtr = std::shared_ptr<Executable>;
 
 struct DeviceInfo {

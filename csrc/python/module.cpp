@@ -118,11 +118,30 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_device_count", [] { return device_count(); });
   m.def("_find_plugin", [](const std::string& kind) { return pjrt::find_plugin(kind, pjrt::Session::search_roots()); });
+  m.def("_gpu_target_spec", [](const std::string& device) {
+    return pjrt::Aot::gpu_target_spec(pjrt::find_plugin("cuda", pjrt::Session::search_roots()), device);
+  });
   m.def("_aot_targets", [] {
     py::list out;
     for (const auto& t : pjrt::aot_targets()) out.append(py::make_tuple(t.name, t.plugin, t.device));
     return out;
   });
+  // The programs handed to the targets: (program, this device's launches, this device's cost analysis or
+  // None when `device_costs` is false or the executable was freed, {target: cost analysis}).
+  m.def("_aot_programs", [](bool device_costs) {
+    py::list out;
+    auto* s = pjrt::Session::if_started();
+    if (!s || !s->aot()) return out;
+    std::vector<pjrt::AotStats> stats = s->aot()->stats();
+    for (const auto& p : s->aot()->programs()) {
+      py::dict costs;
+      for (size_t i = 0; i < stats.size(); ++i) costs[py::str(stats[i].target)] = p.costs[i];
+      py::object device = py::none();
+      if (device_costs && p.executable) device = py::cast(p.executable->cost_analysis());
+      out.append(py::make_tuple(p.program, p.executable ? p.executable->launches() : 0, device, costs));
+    }
+    return out;
+  }, py::arg("device_costs") = false);
   m.def("_aot_report", [](bool wait) {
     py::dict d;
     auto* s = pjrt::Session::if_started();

@@ -9,7 +9,9 @@ cache's folder (``aot/<target>-<build>/``), so a program compiles once per targe
 
 At exit the run waits for the compiles and prints one line per target; a failed compile is printed with
 the program (op or graph and its shapes) and the target's error, and the process exits with status 1
-(``TORCH_PJRT_AOT_FAILURES=report`` prints without changing the status). :func:`report` returns the same
+(``TORCH_PJRT_AOT_FAILURES=report`` prints without changing the status). ``TORCH_PJRT_AOT_LOWERING=device``
+hands the targets the programs exactly as this device runs them (on the CPU plugin, with its host kernels,
+which the targets reject): a check that the per-target lowering is what makes them compile. :func:`report` returns the same
 while running; ``torch_pjrt.metrics()["aot"]`` holds the counts.
 """
 
