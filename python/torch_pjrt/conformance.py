@@ -548,6 +548,9 @@ def _check_op(op, dtype, limit, grad) -> Result:
 class Report:
     results: dict = dataclasses.field(default_factory=dict)  # kind ("float32", ..., "grad") -> {op key: Result}
     seconds: dict = dataclasses.field(default_factory=dict)
+    # checking processes that wrote all their results and then exited with an error (a deviceless target's
+    # failed compiles, TORCH_PJRT_AOT_TARGETS): (kind, first op, exit status)
+    failed_children: list = dataclasses.field(default_factory=list)
 
     def counts(self, kind: str) -> collections.Counter:
         return collections.Counter(r.status for r in self.results.get(kind, {}).values())
@@ -658,6 +661,8 @@ def run_in_workers(ops: list, dtypes: Iterable[str], grad: bool, samples: int | 
                             done[k] = Result(**r)
             rs.update(done)
             missing = [k for k in part if k not in done]
+            if proc.returncode != 0 and not missing:
+                report.failed_children.append((kind, part[0], proc.returncode))
             if missing:
                 rs[missing[0]] = Result("error", f"the checking process died (exit status {proc.returncode})")
                 if not quiet:
@@ -752,7 +757,10 @@ def main(argv=None) -> int:
     print(f"{len(ops)} OpInfos, " + (f"up to {args.samples} samples each" if args.samples else "all reference samples"))
     for kind in report.results:
         print(report.totals_line(kind))
-    return 0
+    for kind, first, status in report.failed_children:
+        print(f"the checking process of {kind} from {first} exited with status {status} after its results "
+              "(its error output above says why)")
+    return 1 if report.failed_children else 0
 
 
 if __name__ == "__main__":
