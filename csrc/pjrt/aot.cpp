@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -214,11 +215,15 @@ Aot::Aot(const std::string& setting, const std::vector<std::string>& roots, cons
     targets_.push_back(std::move(t));
   }
   options_ = encode_compile_options(default_compile_options());
-  if (!targets_.empty()) worker_ = std::thread([this] { work(); });
+  const char* threads = std::getenv("TORCH_PJRT_AOT_THREADS");
+  const int n = std::max(1, threads ? std::atoi(threads) : 2);
+  if (!targets_.empty())
+    for (int i = 0; i < n; ++i) workers_.emplace_back([this] { work(); });
 }
 
 Aot::~Aot() {
-  if (worker_.joinable()) worker_.detach();
+  for (auto& w : workers_)
+    if (w.joinable()) w.detach();
 }
 
 void Aot::submit(std::string program, std::string mlir, const ExecutablePtr& executable) {
@@ -234,7 +239,7 @@ void Aot::submit(std::string program, std::string mlir, const ExecutablePtr& exe
 
 void Aot::drain() {
   std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
 }
 
 void Aot::work() {
@@ -245,12 +250,12 @@ void Aot::work() {
     wake_.wait(lock, [&] { return !queue_.empty(); });
     Job job = std::move(queue_.front());
     queue_.pop_front();
-    busy_ = true;
+    ++busy_;
     lock.unlock();
     for (auto& t : targets_) compile(*t, job);
     lock.lock();
-    busy_ = false;
-    if (queue_.empty()) idle_.notify_all();
+    --busy_;
+    if (queue_.empty() && busy_ == 0) idle_.notify_all();
   }
 }
 

@@ -2,8 +2,9 @@
 // compiled for other devices that are not here, through their plugins' compile-only path (a topology made
 // from options, then PJRT_Compile with no client): NVIDIA GPUs named by the target specs that the CUDA
 // plugin embeds, and TPU topologies that libtpu knows. Programs are lowered for such a target as for its own plugin (hlo::Builder::per_variant:
-// no CPU host kernels, chlo.ragged_dot). Compiles run on a background thread at low priority; each
-// target's executables are kept on disk by program text, so a program compiles once per target.
+// no CPU host kernels, chlo.ragged_dot). Compiles run on background threads at low priority
+// (TORCH_PJRT_AOT_THREADS, default 2); each target's executables are kept on disk by program text, so a
+// program compiles once per target.
 #pragma once
 
 #include <condition_variable>
@@ -93,10 +94,10 @@ class Aot {
   std::condition_variable wake_, idle_;
   std::deque<Job> queue_;
   std::unordered_set<uint64_t> seen_;  // program texts already queued
-  bool busy_ = false;
+  int busy_ = 0;  // workers compiling
   std::vector<AotFailure> failures_;
   std::vector<Submitted> submitted_;
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace pjrt

@@ -4,7 +4,8 @@
 lowers compile, through the target's own plugin and without its device, for every target named, lowered
 as it would be on that device (no CPU host kernels; ``chlo.ragged_dot``). The run itself still runs on its
 own device. NVIDIA targets need ``jax-cuda13-pjrt``, ``nvidia-cuda-nvcc`` and ``nvidia-nvvm``; TPU targets
-need ``libtpu``. Compiles run on a background thread; each target's executables are kept in the program
+need ``libtpu``. Compiles run on background threads (``TORCH_PJRT_AOT_THREADS``, default 2); each target's
+executables are kept in the program
 cache's folder (``aot/<target>-<build>/``), so a program compiles once per target across runs.
 
 At exit the run waits for the compiles and prints one line per target; a failed compile is printed with
