@@ -143,7 +143,8 @@ std::map<std::string, double> read_cost(const std::string& file) {
 }
 }  // namespace
 
-Aot::Aot(const std::string& setting, const std::vector<std::string>& roots, const std::string& cache_dir) {
+Aot::Aot(const std::string& setting, const std::vector<std::string>& roots, const std::string& cache_dir,
+         const std::shared_ptr<Plugin>& own) {
   std::vector<std::string> names;
   for (size_t at = 0; at <= setting.size();) {
     size_t end = setting.find(',', at);
@@ -177,7 +178,7 @@ Aot::Aot(const std::string& setting, const std::vector<std::string>& roots, cons
     }
     auto t = std::make_unique<Target>();
     t->info = *info;
-    t->plugin = Plugin::load(path);
+    t->plugin = own && own->path() == path ? own : Plugin::load(path);
     // CUDA: the GPU's target spec and a topology of one device; TPU: the topology's name says it all.
     const std::string spec = cuda ? gpu_target_spec(path, info->device) : info->device;
     const std::string shape = "1x1x1";  // partitions x hosts per partition x devices per host

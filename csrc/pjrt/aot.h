@@ -59,7 +59,10 @@ class Aot {
   // `cache_dir`: the program cache's folder ("" keeps nothing on disk). Throws Error naming the wheels to
   // install when a target's plugin or the files it needs are missing, std::invalid_argument for an
   // unknown name.
-  Aot(const std::string& setting, const std::vector<std::string>& roots, const std::string& cache_dir);
+  // `own` is this process's device plugin: a target of the same plugin (compiling for a v5e on a v6e
+  // host) uses it instead of loading and initializing the library a second time.
+  Aot(const std::string& setting, const std::vector<std::string>& roots, const std::string& cache_dir,
+      const std::shared_ptr<Plugin>& own = nullptr);
   Aot(const Aot&) = delete;
   ~Aot();  // never runs in practice: the session that holds it lives until the process ends
 

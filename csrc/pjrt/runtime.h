@@ -269,6 +269,7 @@ class Client {
   ~Client();
 
   const Plugin& plugin() const { return *plugin_; }
+  const std::shared_ptr<Plugin>& plugin_ptr() const { return plugin_; }
   const std::string& platform_name() const { return platform_name_; }
   const std::string& platform_version() const { return platform_version_; }
   // Whether a buffer's bytes are the same for any dims of the same element count (dense row-major, no

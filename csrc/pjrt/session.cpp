@@ -156,7 +156,7 @@ Session* Session::get_or_null() {
       const std::string targets = env("TORCH_PJRT_AOT_TARGETS");
       if (!targets.empty()) {
         try {
-          s->aot_ = std::make_unique<Aot>(targets, roots(), default_cache_dir());
+          s->aot_ = std::make_unique<Aot>(targets, roots(), default_cache_dir(), s->client_->plugin_ptr());
         } catch (const std::exception& e) {
           reason() = e.what();  // asked for, so not ignored: the device is unusable until the setting is fixed
           return;
