@@ -18,7 +18,9 @@ std::string aot_text(const hlo::Builder& b, const std::string& name) {
     const char* e = std::getenv("TORCH_PJRT_AOT_LOWERING");
     return e && std::string(e) == "device";
   }();
-  return b.has_variants() && !as_device && aot_active() ? b.module_text(name, 1) : std::string();
+  if (as_device || !aot_active()) return std::string();
+  if (!b.variant_error().empty()) return std::string(pjrt::Aot::kNotLowered) + b.variant_error();
+  return b.has_variants() ? b.module_text(name, 1) : std::string();
 }
 
 void aot_submit(const std::string& what, const std::string& module, const std::string& target_text,

@@ -76,6 +76,9 @@ class Builder {
   // Otherwise `fn` runs once, inline. The results are the same values in both variants (same types).
   std::vector<Value> per_variant(const std::function<std::vector<Value>()>& fn);
   bool has_variants() const { return !variants_.empty(); }
+  // Why a variant-1 lowering threw, if one did: the module then holds variant 0's text in its place, so
+  // that this device's program is unchanged (the targets' program is not valid; aten/aot.h says so).
+  const std::string& variant_error() const { return variant_error_; }
   static bool two_variants;  // set once, before any lowering, when deviceless targets are configured
 
   // Constants: a splat of `v` converted to `type` (bool for pred: v != 0).
@@ -211,6 +214,7 @@ class Builder {
 
   // per_variant's texts: a line "//@variant K" in the body stands for variants_[K][variant]
   std::vector<std::pair<std::string, std::string>> variants_;
+  std::string variant_error_;
 
   int next_id_ = 0;
   std::vector<std::pair<Type, std::string>> args_;

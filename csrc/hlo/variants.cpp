@@ -43,7 +43,14 @@ std::vector<Value> Builder::per_variant(const std::function<std::vector<Value>()
     *out += text0;
     return r0;
   }
-  std::vector<Value> r1 = run(1, text1);
+  std::vector<Value> r1;
+  try {
+    r1 = run(1, text1);
+  } catch (const std::exception& e) {  // the targets' lowering must not change this device's program
+    if (variant_error_.empty()) variant_error_ = e.what();
+    *out += text0;
+    return r0;
+  }
   if (r0.size() != r1.size()) throw Error("per_variant: the variants return different numbers of values");
   std::vector<Value> joined(r0.size());
   for (size_t i = 0; i < r0.size(); ++i) {

@@ -274,7 +274,8 @@ void Aot::compile(Target& t, const Job& job) {
   std::map<std::string, double> cost;
   auto start = std::chrono::steady_clock::now();
   std::string error, bytes;
-  try {
+  if (job.mlir.rfind(kNotLowered, 0) == 0) error = job.mlir.substr(3);
+  else try {
     abi::Program program{};
     program.struct_size = sizeof program;
     program.code = job.mlir.data();

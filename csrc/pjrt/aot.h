@@ -66,6 +66,8 @@ class Aot {
   Aot(const Aot&) = delete;
   ~Aot();  // never runs in practice: the session that holds it lives until the process ends
 
+  // A text that starts so is no program but why the lowering for the targets failed: a failure as it is.
+  static constexpr const char* kNotLowered = "// not lowered for the targets: ";
   // Queues `mlir` for every target; `program` names it in failures (the op or graph and its shapes);
   // `executable` is this device's program (its launches weigh the estimates).
   void submit(std::string program, std::string mlir, const ExecutablePtr& executable = nullptr);

@@ -356,3 +356,23 @@ TEST(per_variant_keeps_one_text_per_variant) {
     for (int i = 0; i < 4; ++i) CHECK(got[i] == -2 * host[i] * host[i]);
   }
 }
+
+// A lowering that fails for the targets leaves this device's program as it is, and says why.
+TEST(per_variant_failing_for_the_targets_keeps_the_device_program) {
+  const ElementType f32 = ElementType::kF32;
+  const bool saved = Builder::two_variants;
+  Builder::two_variants = true;
+  Builder b;
+  Value x = b.arg(Type{f32, {4}});
+  Value y = b.per_variant([&] {
+    if (hlo::lowering_variant() == 1) throw hlo::Error("no such op on the targets");
+    hlo::note_variant_choice();
+    return std::vector<Value>{b.unary("negate", x)};
+  })[0];
+  Builder::two_variants = saved;
+  b.ret({y});
+  CHECK(!b.has_variants());
+  CHECK(b.variant_error() == "no such op on the targets");
+  CHECK(b.module_text("m", 0) == b.module_text("m", 1));
+  CHECK(b.module_text("m", 0).find("stablehlo.negate") != std::string::npos);
+}
