@@ -34,7 +34,7 @@ fi
 echo "== Deviceless compiles: programs also compiled for an H100, a B200 and a TPU v6e, none of them here =="
 # The CUDA plugin and libtpu compile through their compile-only path (docs/aot.md). Each program is lowered
 # as for those plugins and compiled for each target; a process with a failed compile exits with status 1
-# and prints the program and the target's error. About 10 minutes on 2 cores: a target's compile of a
+# and prints the program and the target's error. About 14 minutes on 2 cores: a target's compile of a
 # program takes 0.1-1 s here, so the slice is chosen to hold every kind of program once or twice.
 export TF_CPP_MIN_LOG_LEVEL=1 TORCH_PJRT_CACHE_DIR="$logs/aot-cache"
 # Every OpInfo's first float32 sample (about 750 programs), for the H100.
