@@ -23,18 +23,14 @@ std::vector<Value> Builder::per_variant(const std::function<std::vector<Value>()
   if (!two_variants || t_variant >= 0) return fn();  // one variant, or already inside a per_variant
   std::string* const out = out_;
   auto run = [&](int variant, std::string& text) {
+    struct Restore {  // the builder's output and the thread's variant, also when fn throws
+      Builder& b;
+      std::string* out;
+      ~Restore() { b.out_ = out, t_variant = -1; }
+    } restore{*this, out};
     out_ = &text;
     t_variant = variant;
-    try {
-      std::vector<Value> r = fn();
-      out_ = out;
-      t_variant = -1;
-      return r;
-    } catch (...) {
-      out_ = out;
-      t_variant = -1;
-      throw;
-    }
+    return fn();
   };
   std::string text0, text1;
   const int64_t choices = t_choices;

@@ -37,20 +37,9 @@ const std::vector<AotTargetInfo>& aot_targets() {
 
 namespace {
 
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 bool exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
-}
-
-void make_dirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i)
-    if (i == path.size() || path[i] == '/') mkdir(path.substr(0, i).c_str(), 0755);
 }
 
 // The CUDA plugin turns PTX into machine code with ptxas and links libdevice for math functions; it looks
@@ -210,7 +199,7 @@ Aot::Aot(const std::string& setting, const std::vector<std::string>& roots, cons
     if (!cache_dir.empty()) {
       // executables are valid for the plugin build and the target spec that made them
       t->dir = cache_dir + "/aot/" + name + "-" +
-               hex64(fingerprint(path + "\n" + std::to_string(t->plugin->api_minor()) + "\n" + spec));
+               hex(fingerprint(path + "\n" + std::to_string(t->plugin->api_minor()) + "\n" + spec));
       make_dirs(t->dir);
     }
     targets_.push_back(std::move(t));
@@ -262,7 +251,7 @@ void Aot::work() {
 
 void Aot::compile(Target& t, const Job& job) {
   const uint64_t key = fingerprint(job.mlir);
-  const std::string file = t.dir.empty() ? "" : t.dir + "/" + hex64(key) + ".bin";
+  const std::string file = t.dir.empty() ? "" : t.dir + "/" + hex(key) + ".bin";
   if (!file.empty() && exists(file)) {
     std::map<std::string, double> cost = read_cost(file + ".cost");
     std::lock_guard<std::mutex> lock(mu_);

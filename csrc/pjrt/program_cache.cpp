@@ -65,21 +65,6 @@ void check_map_headroom() {
                 "raise the limit (sysctl vm.max_map_count=262144) or use fewer distinct shapes");
 }
 
-void make_dirs(const std::string& path) {
-  std::string partial;
-  std::stringstream ss(path);
-  for (std::string part; std::getline(ss, part, '/');) {
-    partial += part + "/";
-    mkdir(partial.c_str(), 0755);
-  }
-}
-
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 bool ends_with(const std::string& s, const char* suffix) {
   size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -116,6 +101,21 @@ std::vector<DiskEntry> scan(const std::string& dir) {
 }
 
 }  // namespace
+
+void make_dirs(const std::string& path) {
+  std::string partial;
+  std::stringstream ss(path);
+  for (std::string part; std::getline(ss, part, '/');) {
+    partial += part + "/";
+    mkdir(partial.c_str(), 0755);
+  }
+}
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 uint64_t fingerprint(const char* data, size_t size, uint64_t h) {
   for (size_t i = 0; i < size; ++i) {

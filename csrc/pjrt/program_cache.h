@@ -68,6 +68,8 @@ class ProgramCache {
 };
 
 uint64_t fingerprint(const std::string& text);  // FNV-1a 64
+std::string hex(uint64_t v);                     // 16 hex digits, for file names
+void make_dirs(const std::string& path);         // mkdir -p
 uint64_t fingerprint(const char* data, size_t size, uint64_t seed = 1469598103934665603ULL);
 
 }  // namespace pjrt
