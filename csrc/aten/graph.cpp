@@ -274,6 +274,21 @@ int GraphBuilder::transpose(int id, const std::vector<int64_t>& perm) {
   return add(b_.transpose(value(id), hlo::Dims(perm.begin(), perm.end())));
 }
 
+std::vector<int> GraphBuilder::call(const std::string& functions, const std::string& callee,
+                                    const std::vector<int>& ids, const std::vector<OutSpec>& outs) {
+  std::vector<hlo::Value> operands;
+  for (int id : ids) operands.push_back(value(id));
+  std::vector<hlo::Type> types;
+  for (const auto& o : outs) {
+    TORCH_CHECK(o.defined, callee, ": every result of a called function has a type");
+    types.push_back(hlo::Type{element_type(o.dtype), o.sizes});
+  }
+  b_.add_functions(functions);
+  std::vector<int> out;
+  for (const hlo::Value& v : b_.call(callee, operands, types)) out.push_back(add(v));
+  return out;
+}
+
 int GraphBuilder::full(at::ScalarType dtype, const std::vector<int64_t>& sizes, const c10::Scalar& v) {
   hlo::Type type{element_type(dtype), sizes};
   if (v.isIntegral(true) && !at::isFloatingType(dtype) && !at::isComplexType(dtype))

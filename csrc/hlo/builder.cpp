@@ -118,7 +118,9 @@ std::string Builder::module_text(const std::string& name, int variant) const {
     if (i) s += ", ";
     s += results_[i].str();
   }
-  s += ") -> ()\n  }\n}\n";
+  s += ") -> ()\n  }\n";
+  for (const auto& f : functions_) s += f;
+  s += "}\n";
   return variants_.empty() ? s : expand_variants(s, variant);
 }
 
@@ -757,6 +759,19 @@ std::vector<Value> Builder::custom_call(const std::string& target, const std::ve
                                         const std::vector<Type>& results) {
   return emit("stablehlo.custom_call", operands,
               "call_target_name = \"" + target + "\", api_version = 4 : i32, backend_config = {}", results);
+}
+
+void Builder::add_functions(const std::string& text) {
+  std::string t = text.empty() || text.back() == '\n' ? text : text + "\n";
+  for (const auto& f : functions_)
+    if (f == t) return;
+  functions_.push_back(std::move(t));
+}
+
+std::vector<Value> Builder::call(const std::string& callee, const std::vector<Value>& operands,
+                                 const std::vector<Type>& results) {
+  require(!callee.empty(), "func.call without a callee");
+  return emit("func.call", operands, "callee = @" + callee, results);
 }
 
 Value Builder::raw(const std::string& op, const std::string& attrs, const std::vector<Value>& operands,

@@ -150,6 +150,13 @@ class Builder {
   Value raw(const std::string& op_and_operands, const std::string& attrs,
             const std::vector<Value>& operands, const Type& result);
 
+  // Functions from another producer (a JAX-lowered module's func.func definitions, already renamed so that
+  // they cannot clash: python/torch_pjrt/jax_op.py) appended to this module once, and a call of one of them.
+  // The callee's signature must be `operands`' types to `results`; XLA inlines the call.
+  void add_functions(const std::string& text);
+  std::vector<Value> call(const std::string& callee, const std::vector<Value>& operands,
+                          const std::vector<Type>& results);
+
   // stablehlo.custom_call of a typed-FFI handler (api_version 4) with one or more results.
   std::vector<Value> custom_call(const std::string& target, const std::vector<Value>& operands,
                                  const std::vector<Type>& results);
@@ -220,6 +227,7 @@ class Builder {
   std::vector<std::pair<Type, std::string>> args_;
   std::vector<int> arg_ids_;
   std::string body_;
+  std::vector<std::string> functions_;  // add_functions' texts, each once, after @main
   std::string* out_ = &body_;
   int indent_ = 4;
   std::vector<Type> results_;

@@ -161,6 +161,13 @@ void bind_graph(py::module_& m) {
               py::handle dtype) { return g.view(id, sizes, strides, offset, dtype_of(dtype)); })
       .def("scatter_view", &GraphBuilder::scatter_view)
       .def("transpose", &GraphBuilder::transpose)
+      .def("call",
+           [](GraphBuilder& g, const std::string& functions, const std::string& callee, std::vector<int> ids,
+              py::list outs) {
+             std::vector<OutSpec> specs;
+             for (auto o : outs) specs.push_back(out_spec(o));
+             return g.call(functions, callee, ids, specs);
+           })
       .def("full", [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes,
                       py::handle v) { return g.full(dtype_of(dtype), sizes, number(v)); })
       .def("cast", [](GraphBuilder& g, int id, py::handle spec) { return g.cast(id, out_spec(spec)); })

@@ -8,6 +8,12 @@ import os
 import site
 import sys
 
+# torch_pjrt drives the accelerator; JAX in this process (jax_op lowers with it) stays on the host unless
+# told otherwise, so it never opens the TPU or GPU (nor probes the CUDA plugin and libtpu installed for
+# deviceless compiles). Set JAX_PLATFORMS before importing torch_pjrt to choose otherwise.
+if "jax" not in sys.modules:
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 
 def _autoload():
     """Entry point of the ``torch.backends`` group. Importing this package does the registration; this
@@ -17,7 +23,7 @@ def _autoload():
 import torch  # noqa: E402
 
 __all__ = ["metrics", "reset_metrics", "set_fallback_policy", "get_fallback_policy", "plugin_info", "fused",
-           "set_eager_mode", "get_eager_mode", "flush", "compile_report", "set_log_compiles"]
+           "set_eager_mode", "get_eager_mode", "flush", "compile_report", "set_log_compiles", "jax_op", "custom_jax_kernel"]
 __version__ = "0.1.0"
 
 
@@ -71,6 +77,9 @@ _C._configure(_search_roots())
 from . import aot  # noqa: E402,F401  (TORCH_PJRT_AOT_TARGETS: the report at exit)
 from . import device as _device_module  # noqa: E402
 from . import backends as _backends_module  # noqa: E402
+from . import pallas as _pallas_module  # noqa: E402  (torch.tpu.pallas: TorchTPU's names for jax_op)
+from . import jax_ops as _jax_ops  # noqa: E402
+from .jax_ops import custom_jax_kernel, jax_op  # noqa: E402,F401  (JAX and Pallas functions as ops)
 
 
 def _register():
@@ -83,6 +92,8 @@ def _register():
         )
     torch.backends.tpu = _backends_module
     sys.modules.setdefault("torch.backends.tpu", _backends_module)
+    _device_module.pallas = _pallas_module
+    sys.modules.setdefault("torch.tpu.pallas", _pallas_module)
 
 
 _register()
@@ -98,10 +109,12 @@ def metrics():
     ``live_bytes`` (device buffers held by tensors), ``scalar_cache_entries``, ``distributed`` (the
     transport of the c10d backend tpu_dist, its collectives and the bytes it staged to and from the host),
     ``aot`` (per deviceless target of ``TORCH_PJRT_AOT_TARGETS``: programs compiled, failed, found in the
-    cache and pending; see :mod:`torch_pjrt.aot`).
+    cache and pending; see :mod:`torch_pjrt.aot`), ``jax_ops`` (ops made by :func:`jax_op`, functions JAX
+    lowered in this process, lowerings read from the disk cache instead).
     """
     d = _C._metrics()
     d["distributed"] = _distributed.metrics()
+    d["jax_ops"] = _jax_ops.stats()
     return d
 
 

@@ -238,6 +238,8 @@ class _Lowering:
             return
         if not isinstance(target, torch._ops.OpOverload):
             raise Unsupported(f"{target} (not an ATen op)")
+        if target.namespace == "torch_pjrt_jax":
+            return self.jax_call(node)
         if target is _aten.copy_.default:
             return self.copy_(node)
         if target.is_view:
@@ -274,6 +276,25 @@ class _Lowering:
         res = [_Const(v) if isinstance(v, (int, float, bool)) else next(res) for v in vals]
         res = [None if r is None or (isinstance(r, int) and r < 0) else r for r in res]
         self.ids[node] = res if isinstance(val, (tuple, list)) else res[0]
+
+    def jax_call(self, node):
+        """A jax_op (python/torch_pjrt/jax_op.py): its lowered functions called from this program."""
+        from .jax_ops import lookup
+
+        op = lookup(node.target._schema.name)
+        if op is None:
+            raise Unsupported(f"{node.target} (a jax_op of another process)")
+        tensors, sid = node.args[0], node.args[1]
+        ids = []
+        for n in tensors:
+            i = self.ids.get(n)
+            if not isinstance(i, int):
+                raise Unsupported(f"argument {n} of {node.target}")
+            ids.append(i)
+        try:
+            self.ids[node] = list(op.graph_call(self.g, ids, [_fake_val(n) for n in tensors], sid))
+        except Exception as e:
+            raise Unsupported(f"{node.target} failed to lower: {e}") from e
 
     def foreach_of_scalars(self, node, name):
         """A _foreach_ op whose tensor lists are 0-d tensors (the optimizer's per-parameter step counts
