@@ -236,7 +236,7 @@ class JaxOp:
             _stats["ops"] += 1
         self._statics = []  # static configurations, by the index the op is called with
         self._static_ids = {}
-        self._lowered = {}  # (static index, input signature) -> _Lowered
+        self._lowered = {}  # (static index, (dtype, *sizes) per input) -> _Lowered
         self._tuple_out = {}  # static index -> whether the function returns a tuple (set by its lowering)
         self._vjp = None
         _lib.define(f"{op}(Tensor[] args, int statics) -> Tensor[]")
@@ -270,9 +270,12 @@ class JaxOp:
                 layout.append(("s", a))
         if not tensors:
             raise TypeError(f"jax_op {self.name}: called with no tensor arguments")
-        key = (tuple(layout), tuple(sorted(kwargs.items())))
+        key = (tuple(layout), tuple(kwargs.items()) if len(kwargs) < 2 else tuple(sorted(kwargs.items())))
         sid = _static_id(self.name, key)
-        outs = list(self.op(tensors, sid))
+        if _direct(tensors):  # eager, nothing to record for autograd: the op's kernel without the dispatcher
+            outs = self._eager(tensors, sid)
+        else:
+            outs = list(self.op(tensors, sid))
         for i, o in self.aliases.items():
             tensors[i].copy_(outs[o])
             outs[o] = tensors[i]
@@ -304,11 +307,12 @@ class JaxOp:
     # --- lowering ----------------------------------------------------------------------------------
 
     def _lower(self, sid, tensors):
-        sig = tuple((_dtype_name(t.dtype), tuple(t.shape)) for t in tensors)
-        lowered = self._lowered.get((sid, sig))
+        memo = (sid, *[(t.dtype, *t.shape) for t in tensors])
+        lowered = self._lowered.get(memo)
         if lowered is None:
+            sig = tuple((_dtype_name(t.dtype), tuple(t.shape)) for t in tensors)
             lowered = self._lower_new(self._statics[sid], sig)
-            self._lowered[(sid, sig)] = lowered
+            self._lowered[memo] = lowered
             self._tuple_out[sid] = lowered.tuple_out
         return lowered
 
@@ -429,6 +433,18 @@ class JaxOp:
             self._vjp = JaxOp(vjp, name=self.name.split("::")[1] + "_vjp", interpret=self.interpret,
                               _vjp_of=self)
         return self._vjp
+
+
+def _direct(tensors):
+    """Whether a call may run the eager kernel directly: outside torch.compile and any dispatch mode, with
+    every tensor on tpu and none needing a gradient."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t.device.type != "tpu" or (grad and t.requires_grad) or type(t) is not torch.Tensor:
+            return False
+    return True
 
 
 # Called by JaxOp.__call__; torch.compile evaluates them while tracing (their arguments are constants there)
