@@ -24,10 +24,19 @@ std::string aot_text(const hlo::Builder& b, const std::string& name) {
 }
 
 void aot_submit(const std::string& what, const std::string& module, const std::string& target_text,
-                const pjrt::ExecutablePtr& exe) {
+                const pjrt::ExecutablePtr& exe, const hlo::Builder* b, const std::string& name) {
   pjrt::Session* s = pjrt::Session::get_or_null();
   if (!s || !s->aot()) return;
-  s->aot()->submit(what, target_text.empty() ? module : target_text, exe);
+  std::map<std::string, std::string> by_plugin;
+  if (b && target_text.rfind(pjrt::Aot::kNotLowered, 0) != 0)
+    for (const auto& plugin : b->function_plugins()) {
+      std::string text = b->module_text(name, b->has_variants() ? 1 : 0, plugin);
+      // functions that could not be lowered for that plugin (jax_op): the targets' failure is that reason
+      const size_t at = text.find(pjrt::Aot::kNotLowered);
+      if (at != std::string::npos) text = text.substr(at, text.find('\n', at) - at);
+      by_plugin[plugin] = std::move(text);
+    }
+  s->aot()->submit(what, target_text.empty() ? module : target_text, exe, std::move(by_plugin));
 }
 
 }  // namespace torch_pjrt

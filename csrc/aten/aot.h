@@ -18,7 +18,9 @@ bool aot_active();
 std::string aot_text(const hlo::Builder& b, const std::string& name);
 // Queues `program` (named by `what`: the op or graph and its shapes) for the targets: `target_text`, or
 // `module` where that is empty. `exe` is this device's executable of it (its launches weigh estimates).
+// `b`, when given, is the builder of `module`: functions it holds as lowered per plugin kind (jax_op) go
+// to that kind's targets in its texts.
 void aot_submit(const std::string& what, const std::string& module, const std::string& target_text,
-                const pjrt::ExecutablePtr& exe);
+                const pjrt::ExecutablePtr& exe, const hlo::Builder* b = nullptr, const std::string& name = "");
 
 }  // namespace torch_pjrt

@@ -275,7 +275,8 @@ int GraphBuilder::transpose(int id, const std::vector<int64_t>& perm) {
 }
 
 std::vector<int> GraphBuilder::call(const std::string& functions, const std::string& callee,
-                                    const std::vector<int>& ids, const std::vector<OutSpec>& outs) {
+                                    const std::vector<int>& ids, const std::vector<OutSpec>& outs,
+                                    const std::map<std::string, std::string>& by_plugin) {
   std::vector<hlo::Value> operands;
   for (int id : ids) operands.push_back(value(id));
   std::vector<hlo::Type> types;
@@ -283,7 +284,7 @@ std::vector<int> GraphBuilder::call(const std::string& functions, const std::str
     TORCH_CHECK(o.defined, callee, ": every result of a called function has a type");
     types.push_back(hlo::Type{element_type(o.dtype), o.sizes});
   }
-  b_.add_functions(functions);
+  b_.add_functions(functions, by_plugin);
   std::vector<int> out;
   for (const hlo::Value& v : b_.call(callee, operands, types)) out.push_back(add(v));
   return out;
@@ -324,7 +325,7 @@ std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids,
   if (aot_active()) {
     std::string shapes;
     for (size_t i = 0; i < in_specs.size(); ++i) shapes += (i ? ", " : "") + in_specs[i].str();
-    aot_submit(name_ + "(" + shapes + ")", module, aot_text(b_, name_), p->exe_);
+    aot_submit(name_ + "(" + shapes + ")", module, aot_text(b_, name_), p->exe_, &b_, name_);
   }
   if (!served) {  // a torch.compile graph: its key parts are its inputs
     KeyFields fields;

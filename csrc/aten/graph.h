@@ -111,8 +111,9 @@ class GraphBuilder {
   int transpose(int id, const std::vector<int64_t>& perm);
   // A call of `callee`, one of `functions` (func.func definitions from another producer: a JAX-lowered
   // module, python/torch_pjrt/jax_op.py), on the values `ids`; its results have the types `outs`.
+  // `by_plugin`: those functions as lowered for another plugin kind's deviceless targets (aten/aot.h).
   std::vector<int> call(const std::string& functions, const std::string& callee, const std::vector<int>& ids,
-                        const std::vector<OutSpec>& outs);
+                        const std::vector<OutSpec>& outs, const std::map<std::string, std::string>& by_plugin = {});
   // A constant of `sizes` filled with `v` (the graph's factory nodes: full, zeros_like, scalar_tensor).
   int full(at::ScalarType dtype, const std::vector<int64_t>& sizes, const c10::Scalar& v);
   // A dense value of `id` converted and broadcast to `spec` (copy_ into a differently typed input).

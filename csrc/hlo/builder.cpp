@@ -1,5 +1,6 @@
 #include "hlo/builder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -93,7 +94,7 @@ void Builder::ret(const std::vector<Value>& results) {
   }
 }
 
-std::string Builder::module_text(const std::string& name, int variant) const {
+std::string Builder::module_text(const std::string& name, int variant, const std::string& plugin) const {
   require(returned_, "module has no return");
   std::string s = "module @" + name +
                   " attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
@@ -119,7 +120,10 @@ std::string Builder::module_text(const std::string& name, int variant) const {
     s += results_[i].str();
   }
   s += ") -> ()\n  }\n";
-  for (const auto& f : functions_) s += f;
+  for (const auto& f : functions_) {
+    auto own = plugin.empty() ? f.by_plugin.end() : f.by_plugin.find(plugin);
+    s += own == f.by_plugin.end() ? f.text : own->second;
+  }
   s += "}\n";
   return variants_.empty() ? s : expand_variants(s, variant);
 }
@@ -761,11 +765,21 @@ std::vector<Value> Builder::custom_call(const std::string& target, const std::ve
               "call_target_name = \"" + target + "\", api_version = 4 : i32, backend_config = {}", results);
 }
 
-void Builder::add_functions(const std::string& text) {
-  std::string t = text.empty() || text.back() == '\n' ? text : text + "\n";
+void Builder::add_functions(const std::string& text, const std::map<std::string, std::string>& by_plugin) {
+  auto lines = [](const std::string& t) { return t.empty() || t.back() == '\n' ? t : t + "\n"; };
+  Functions f{lines(text), {}};
+  for (const auto& [plugin, t] : by_plugin) f.by_plugin[plugin] = lines(t);
+  for (const auto& g : functions_)
+    if (g.text == f.text) return;
+  functions_.push_back(std::move(f));
+}
+
+std::vector<std::string> Builder::function_plugins() const {
+  std::vector<std::string> out;
   for (const auto& f : functions_)
-    if (f == t) return;
-  functions_.push_back(std::move(t));
+    for (const auto& [plugin, t] : f.by_plugin)
+      if (std::find(out.begin(), out.end(), plugin) == out.end()) out.push_back(plugin);
+  return out;
 }
 
 std::vector<Value> Builder::call(const std::string& callee, const std::vector<Value>& operands,

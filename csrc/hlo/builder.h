@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -67,7 +68,8 @@ class Builder {
   void ret(const std::vector<Value>& results);
   // The module as variant `variant` of its per-target lowerings (per_variant below): 0 is the program
   // this process's device runs, 1 the program for a device without torch-pjrt's host kernels.
-  std::string module_text(const std::string& name = "op", int variant = 0) const;
+  // `plugin` ("cuda", "tpu"): with the functions add_functions was given for that plugin kind.
+  std::string module_text(const std::string& name = "op", int variant = 0, const std::string& plugin = "") const;
 
   // Lowering for several targets at once (deviceless compiles for other devices, pjrt/aot.h). Choices
   // that depend on the device (a host kernel's custom call, chlo.ragged_dot) are made inside per_variant:
@@ -153,7 +155,11 @@ class Builder {
   // Functions from another producer (a JAX-lowered module's func.func definitions, already renamed so that
   // they cannot clash: python/torch_pjrt/jax_op.py) appended to this module once, and a call of one of them.
   // The callee's signature must be `operands`' types to `results`; XLA inlines the call.
-  void add_functions(const std::string& text);
+  // `by_plugin`: the same functions as lowered for another plugin kind's targets ("cuda", "tpu"; same names
+  // and signatures), rendered by module_text(name, variant, plugin).
+  void add_functions(const std::string& text, const std::map<std::string, std::string>& by_plugin = {});
+  // The plugin kinds some added functions have their own text for.
+  std::vector<std::string> function_plugins() const;
   std::vector<Value> call(const std::string& callee, const std::vector<Value>& operands,
                           const std::vector<Type>& results);
 
@@ -227,7 +233,11 @@ class Builder {
   std::vector<std::pair<Type, std::string>> args_;
   std::vector<int> arg_ids_;
   std::string body_;
-  std::vector<std::string> functions_;  // add_functions' texts, each once, after @main
+  struct Functions {
+    std::string text;
+    std::map<std::string, std::string> by_plugin;
+  };
+  std::vector<Functions> functions_;  // add_functions' texts, each once, after @main
   std::string* out_ = &body_;
   int indent_ = 4;
   std::vector<Type> results_;

@@ -216,14 +216,17 @@ Aot::~Aot() {
     if (w.joinable()) w.detach();
 }
 
-void Aot::submit(std::string program, std::string mlir, const ExecutablePtr& executable) {
+void Aot::submit(std::string program, std::string mlir, const ExecutablePtr& executable,
+                 std::map<std::string, std::string> by_plugin) {
   if (targets_.empty()) return;
-  const uint64_t key = fingerprint(mlir);
+  std::string all = mlir;
+  for (const auto& [plugin, text] : by_plugin) all += "\n// for " + plugin + "\n" + text;
+  const uint64_t key = fingerprint(all);
   std::lock_guard<std::mutex> lock(mu_);
   if (!seen_.insert(key).second) return;
   submitted_.push_back({program, key, executable});
   for (auto& t : targets_) ++t->stats.pending;
-  queue_.push_back({std::move(program), std::move(mlir)});
+  queue_.push_back({std::move(program), std::move(mlir), key, std::move(by_plugin)});
   wake_.notify_one();
 }
 
@@ -250,8 +253,10 @@ void Aot::work() {
 }
 
 void Aot::compile(Target& t, const Job& job) {
-  const uint64_t key = fingerprint(job.mlir);
-  const std::string file = t.dir.empty() ? "" : t.dir + "/" + hex(key) + ".bin";
+  auto own = job.by_plugin.find(t.info.plugin);
+  const std::string& mlir = own == job.by_plugin.end() ? job.mlir : own->second;
+  const uint64_t key = job.key;
+  const std::string file = t.dir.empty() ? "" : t.dir + "/" + hex(fingerprint(mlir)) + ".bin";
   if (!file.empty() && exists(file)) {
     std::map<std::string, double> cost = read_cost(file + ".cost");
     std::lock_guard<std::mutex> lock(mu_);
@@ -263,12 +268,12 @@ void Aot::compile(Target& t, const Job& job) {
   std::map<std::string, double> cost;
   auto start = std::chrono::steady_clock::now();
   std::string error, bytes;
-  if (job.mlir.rfind(kNotLowered, 0) == 0) error = job.mlir.substr(3);
+  if (mlir.rfind(kNotLowered, 0) == 0) error = mlir.substr(3);
   else try {
     abi::Program program{};
     program.struct_size = sizeof program;
-    program.code = job.mlir.data();
-    program.code_size = job.mlir.size();
+    program.code = mlir.data();
+    program.code_size = mlir.size();
     program.format = "mlir";
     program.format_size = 4;
     abi::CompileArgs args{};

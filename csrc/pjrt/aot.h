@@ -70,7 +70,10 @@ class Aot {
   static constexpr const char* kNotLowered = "// not lowered for the targets: ";
   // Queues `mlir` for every target; `program` names it in failures (the op or graph and its shapes);
   // `executable` is this device's program (its launches weigh the estimates).
-  void submit(std::string program, std::string mlir, const ExecutablePtr& executable = nullptr);
+  // `by_plugin` holds the program's text for the targets of one plugin kind ("cuda", "tpu") where it
+  // differs from `mlir` (a JAX-lowered kernel, lowered by JAX for that platform: python/torch_pjrt/jax_ops.py).
+  void submit(std::string program, std::string mlir, const ExecutablePtr& executable = nullptr,
+              std::map<std::string, std::string> by_plugin = {});
   // Waits until every queued program is compiled.
   void drain();
   std::vector<AotStats> stats() const;
@@ -84,6 +87,8 @@ class Aot {
   struct Target;
   struct Job {
     std::string program, mlir;
+    uint64_t key;  // the program's, as submitted (its costs are found by it)
+    std::map<std::string, std::string> by_plugin;
   };
   struct Submitted {
     std::string program;

@@ -163,11 +163,13 @@ void bind_graph(py::module_& m) {
       .def("transpose", &GraphBuilder::transpose)
       .def("call",
            [](GraphBuilder& g, const std::string& functions, const std::string& callee, std::vector<int> ids,
-              py::list outs) {
+              py::list outs, std::map<std::string, std::string> by_plugin) {
              std::vector<OutSpec> specs;
              for (auto o : outs) specs.push_back(out_spec(o));
-             return g.call(functions, callee, ids, specs);
-           })
+             return g.call(functions, callee, ids, specs, by_plugin);
+           },
+           py::arg("functions"), py::arg("callee"), py::arg("ids"), py::arg("outs"),
+           py::arg("by_plugin") = std::map<std::string, std::string>{})
       .def("full", [](GraphBuilder& g, py::handle dtype, std::vector<int64_t> sizes,
                       py::handle v) { return g.full(dtype_of(dtype), sizes, number(v)); })
       .def("cast", [](GraphBuilder& g, int id, py::handle spec) { return g.cast(id, out_spec(spec)); })

@@ -202,10 +202,11 @@ def _top_level(body):
 
 
 class _Lowered:
-    __slots__ = ("functions", "callee", "outs", "tuple_out", "program")
+    __slots__ = ("functions", "callee", "outs", "tuple_out", "by_plugin", "program")
 
-    def __init__(self, functions, callee, outs, tuple_out):
+    def __init__(self, functions, callee, outs, tuple_out, by_plugin):
         self.functions, self.callee, self.outs, self.tuple_out = functions, callee, outs, tuple_out
+        self.by_plugin = by_plugin  # plugin kind of deviceless targets -> the functions JAX lowered for it
         self.program = None  # the eager program, built at the first eager call
 
 
@@ -290,7 +291,7 @@ class JaxOp:
         if lowered.program is None:
             g = _C._GraphBuilder("jax_op_" + self.name.split("::")[1])
             ids = [g.input(t.dtype, list(t.shape)) for t in tensors]
-            res = g.call(lowered.functions, lowered.callee, ids, lowered.outs)
+            res = g.call(lowered.functions, lowered.callee, ids, lowered.outs, lowered.by_plugin)
             lowered.program = g.compile(res)
         return lowered.program.run(list(tensors))
 
@@ -302,7 +303,7 @@ class JaxOp:
         """torch.compile: the op's call in `builder` (a _C._GraphBuilder) on the value ids `ids` of
         tensors like `arg_vals`; returns the result ids."""
         lowered = self._lower(sid, arg_vals)
-        return builder.call(lowered.functions, lowered.callee, ids, lowered.outs)
+        return builder.call(lowered.functions, lowered.callee, ids, lowered.outs, lowered.by_plugin)
 
     # --- lowering ----------------------------------------------------------------------------------
 
@@ -318,45 +319,81 @@ class JaxOp:
 
     def _lower_new(self, key, sig):
         platform = _platform()
-        interpret = _interpret_default(platform) if self.interpret is None else bool(self.interpret)
+        interpret = self._interprets(platform)
+        targets = _target_platforms(platform)  # deviceless targets' platforms (TORCH_PJRT_AOT_TARGETS)
         layout, kwargs = key
         disk = _cache_dir()
         fp = _fingerprint(self.fn) if disk else None
+        statics = _fingerprint((layout, kwargs)) if fp is not None else None
+        ident = json.dumps([_jax_version(), fp, statics, sig, sorted(self.jit_kwargs)])
+        if statics is None:  # not on disk: unique to this op in this process
+            ident += f"{self.name}@{id(self)}"
         path = None
-        if fp is not None:
-            statics = _fingerprint((layout, kwargs))
-            if statics is not None:
-                jax_version = sys.modules["jax"].__version__ if "jax" in sys.modules else _installed_jax_version()
-                ident = json.dumps([jax_version, platform, interpret, fp, statics, sig, sorted(self.jit_kwargs)])
-                path = os.path.join(disk, hashlib.sha256(ident.encode()).hexdigest() + ".json")
-                try:
-                    with open(path) as f:
-                        d = json.load(f)
-                    outs = [(_torch_dtype(dt), list(shape)) for dt, shape in d["outs"]]
-                    _stats["from_disk"] += 1
-                    return _Lowered(d["functions"], d["callee"], outs, d["tuple_out"])
-                except (OSError, ValueError, KeyError, TypeError):
-                    pass
+        if statics is not None:
+            where = json.dumps([ident, platform, interpret, sorted((t, self._interprets(t)) for t in targets)])
+            path = os.path.join(disk, hashlib.sha256(where.encode()).hexdigest() + ".json")
+            try:
+                with open(path) as f:
+                    d = json.load(f)
+                outs = [(_torch_dtype(dt), list(shape)) for dt, shape in d["outs"]]
+                _stats["from_disk"] += 1
+                return _Lowered(d["functions"], d["callee"], outs, d["tuple_out"], d["by_plugin"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        for n in self.static_argnums:
+            if n < len(layout) and layout[n][0] != "s":
+                raise TypeError(f"jax_op {self.name}: static argument {n} is a tensor")
+        # the functions' names are the same for every platform (the targets' texts replace this device's)
+        prefix = "jaxop_" + hashlib.sha256(ident.encode()).hexdigest()[:16] + "_"
+        text, out_info = self._lower_for(platform, interpret, key, sig)
+        _stats["lowered"] += 1
+        functions, callee = _as_functions(text, prefix)
+        by_plugin = {}
+        for t in targets:
+            try:
+                by_plugin[t] = _as_functions(self._lower_for(t, self._interprets(t), key, sig)[0], prefix)[0]
+            except Exception as e:  # reported as that target's failure for the program (pjrt/aot.h)
+                by_plugin[t] = "// not lowered for the targets: " + str(e).replace("\n", " ")
+        import jax.numpy as jnp
+
+        tuple_out = isinstance(out_info, (tuple, list))
+        leaves = list(out_info) if tuple_out else [out_info]
+        for leaf in leaves:
+            if not hasattr(leaf, "shape"):
+                raise TypeError(f"jax_op {self.name}: return one array or a tuple or list of arrays, got {out_info}")
+        outs = [(_torch_dtype(jnp.dtype(leaf.dtype).name), list(leaf.shape)) for leaf in leaves]
+        if path is not None:
+            os.makedirs(disk, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"functions": functions, "callee": callee, "tuple_out": tuple_out, "by_plugin": by_plugin,
+                           "outs": [(_dtype_name(dt), shape) for dt, shape in outs]}, f)
+            os.replace(tmp, path)
+        return _Lowered(functions, callee, outs, tuple_out, by_plugin)
+
+    def _interprets(self, platform):
+        return _interpret_default(platform) if self.interpret is None else bool(self.interpret)
+
+    def _lower_for(self, platform, interpret, key, sig):
+        """JAX's module text of the function for `platform`, and its output info."""
         jax = _jax()
         import jax.numpy as jnp
+        from jax._src import config as jax_config
+
+        layout, kwargs = key
 
         def flat(*arrays):
             args = [arrays[v] if kind == "t" else v for kind, v in layout]
             return self.fn(*args, **dict(kwargs))
 
-        for n in self.static_argnums:
-            if n < len(layout) and layout[n][0] != "s":
-                raise TypeError(f"jax_op {self.name}: static argument {n} is a tensor")
         structs = [jax.ShapeDtypeStruct(shape, jnp.dtype(dt)) for dt, shape in sig]
         x64 = any(jnp.dtype(dt).itemsize == 8 or dt == "complex64" for dt, _ in sig)
-        from jax._src import config as jax_config
-
         pallas_mode = jax_config.pallas_tpu_interpret_mode_context_manager  # every pallas_call, interpreted
         previous = pallas_mode.swap_local(True) if interpret else None
         try:
             with jax.enable_x64(x64):
                 traced = jax.jit(flat, **self.jit_kwargs).trace(*structs)
-                text = traced.lower(lowering_platforms=(platform,)).as_text()
+                return traced.lower(lowering_platforms=(platform,)).as_text(), traced.out_info
         except Exception as e:
             shapes = ", ".join(f"{dt}{list(s)}" for dt, s in sig)
             # the function's own errors keep their type (a ValueError of a shape check stays one)
@@ -365,24 +402,6 @@ class JaxOp:
         finally:
             if interpret:
                 pallas_mode.set_local(previous)
-        _stats["lowered"] += 1
-        out_info = traced.out_info
-        tuple_out = isinstance(out_info, (tuple, list))
-        leaves = list(out_info) if tuple_out else [out_info]
-        for leaf in leaves:
-            if not hasattr(leaf, "shape"):
-                raise TypeError(f"jax_op {self.name}: return one array or a tuple or list of arrays, got {out_info}")
-        outs = [(_torch_dtype(jnp.dtype(leaf.dtype).name), list(leaf.shape)) for leaf in leaves]
-        prefix = "jaxop_" + hashlib.sha256(text.encode()).hexdigest()[:16] + "_"
-        functions, callee = _as_functions(text, prefix)
-        if path is not None:
-            os.makedirs(disk, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump({"functions": functions, "callee": callee, "tuple_out": tuple_out,
-                           "outs": [(_dtype_name(dt), shape) for dt, shape in outs]}, f)
-            os.replace(tmp, path)
-        return _Lowered(functions, callee, outs, tuple_out)
 
     # --- autograd ----------------------------------------------------------------------------------
 
@@ -470,13 +489,25 @@ def _tuple_out(op_name, sid):
     return _ops[op_name]._tuple_out[sid]
 
 
-def _installed_jax_version():
+def _jax_version():
+    if "jax" in sys.modules:
+        return sys.modules["jax"].__version__
     try:
         from importlib.metadata import version
 
         return version("jax")
     except Exception:
         return "none"
+
+
+def _target_platforms(platform):
+    """The JAX platforms of the deviceless targets this run compiles for (TORCH_PJRT_AOT_TARGETS), other than
+    this device's: a jax_op is lowered by JAX for each (a Pallas kernel to Mosaic for TPUs)."""
+    configured = _C._aot_report(False)
+    if not configured:
+        return []
+    kinds = {name: kind for name, kind, _ in _C._aot_targets()}
+    return sorted({kinds[n] for n in configured["targets"] if n in kinds} - {platform})
 
 
 def jax_op(name_or_fn=None, fn=None, *, name=None, static_argnums=(), static_argnames=(),

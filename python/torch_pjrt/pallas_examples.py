@@ -21,10 +21,14 @@ def _matmul_kernel(x_ref, y_ref, o_ref):
 
 
 @functools.partial(jax_op, name="pallas_matmul")
-def matmul(x, y, block_m=32, block_n=32):
-    """x[M, K] @ y[K, N], one [block_m, block_n] output tile per grid step (M and N multiples of the blocks)."""
+def matmul(x, y, block_m=None, block_n=None):
+    """x[M, K] @ y[K, N], one [block_m, block_n] output tile per grid step (M and N multiples of the blocks;
+    by default up to 32 rows and 128 columns: Mosaic takes blocks whose last dim is a multiple of 128 or the
+    whole dim, and whose second-to-last a multiple of 8)."""
     m, k = x.shape
     n = y.shape[1]
+    block_m = block_m or min(m, 32)
+    block_n = block_n or min(n, 128)
     if m % block_m or n % block_n:
         raise ValueError(f"pallas matmul: M={m} and N={n} must be multiples of the blocks {block_m}, {block_n}")
     return pl.pallas_call(

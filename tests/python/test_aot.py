@@ -121,3 +121,37 @@ def test_targets_are_listed():
     assert t["tpu-v6e"] == ("tpu", "v6e:1x1")
     out = subprocess.run([sys.executable, "-m", "torch_pjrt", "info"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "h100" in out.stdout and "plugin installed" in out.stdout
+
+
+# A Pallas kernel and a plain JAX function (torch_pjrt.jax_op) on the CPU plugin: JAX lowers each also for
+# the targets' platforms, so libtpu compiles the kernel as Mosaic for the TPU v6e. JAX here cannot lower
+# Pallas for GPUs (it needs its CUDA plugin): that is the H100's failure, naming the op.
+PALLAS = textwrap.dedent("""
+    import json, torch, torch_pjrt
+    import jax.numpy as jnp
+    from torch_pjrt import pallas_examples as pe
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 32), torch.randn(32, 256)
+    torch.testing.assert_close(pe.matmul(a.to("tpu"), b.to("tpu")).cpu(), a @ b, atol=1e-4, rtol=1e-4)
+    s = torch.randn(16, 256)
+    torch.testing.assert_close(pe.softmax(s.to("tpu")).cpu(), torch.softmax(s, -1))
+    double = torch_pjrt.jax_op(lambda x: jnp.tanh(x) * 2, name="tanh2")
+    torch.testing.assert_close(double(a.to("tpu")).cpu(), torch.tanh(a) * 2)
+    for op in (pe.matmul, pe.softmax):
+        (lowered,) = op._lowered.values()
+        print("MOSAIC", "tpu_custom_call" in lowered.by_plugin["tpu"], "tpu_custom_call" in lowered.functions)
+    report = torch_pjrt.aot.report()
+    print("REPORT " + json.dumps(report))
+""")
+
+
+def test_jax_ops_compile_for_the_targets_as_jax_lowers_them_there(tmp_path):
+    out = run(tmp_path, {"TORCH_PJRT_EAGER": "strict", "TORCH_PJRT_JAX_CACHE": "0"}, PALLAS)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("MOSAIC True False") == 2  # Mosaic for the TPU; interpret mode on this device
+    r = report_of(out)
+    tpu = r["targets"]["tpu-v6e"]
+    assert tpu["failures"] == 0 and tpu["compiles"] >= 3, tpu
+    failed = sorted((t, p.split("(")[0]) for t, p, _ in r["failures"])
+    assert failed == [("h100", "jax_op_pallas_matmul"), ("h100", "jax_op_pallas_softmax")], failed
+    assert all("JAX could not lower it for cuda" in e for _, _, e in r["failures"])
