@@ -390,8 +390,11 @@ class JaxOp:
         x64 = any(jnp.dtype(dt).itemsize == 8 or dt == "complex64" for dt, _ in sig)
         pallas_mode = jax_config.pallas_tpu_interpret_mode_context_manager  # every pallas_call, interpreted
         previous = pallas_mode.swap_local(True) if interpret else None
+        # Pallas on GPUs: Triton (Ampere and newer; JAX lowers it without its GPU plugin), unless the user
+        # chose Mosaic GPU (JAX_PALLAS_USE_MOSAIC_GPU=1, or a kernel's own compiler_params)
+        mosaic_gpu = "JAX_PALLAS_USE_MOSAIC_GPU" in os.environ and jax_config.jax_pallas_use_mosaic_gpu.value
         try:
-            with jax.enable_x64(x64):
+            with jax.enable_x64(x64), jax_config.jax_pallas_use_mosaic_gpu(mosaic_gpu):
                 traced = jax.jit(flat, **self.jit_kwargs).trace(*structs)
                 return traced.lower(lowering_platforms=(platform,)).as_text(), traced.out_info
         except Exception as e:

@@ -123,9 +123,10 @@ def test_targets_are_listed():
     assert out.returncode == 0 and "h100" in out.stdout and "plugin installed" in out.stdout
 
 
-# A Pallas kernel and a plain JAX function (torch_pjrt.jax_op) on the CPU plugin: JAX lowers each also for
-# the targets' platforms, so libtpu compiles the kernel as Mosaic for the TPU v6e. JAX here cannot lower
-# Pallas for GPUs (it needs its CUDA plugin): that is the H100's failure, naming the op.
+# Pallas kernels and a plain JAX function (torch_pjrt.jax_op) on the CPU plugin: JAX lowers each also for
+# the targets' platforms, so libtpu compiles the kernels as Mosaic for the TPU v6e. For the H100 JAX lowers
+# them to Triton, whose bytecode from JAX 0.10.2 (the newest for Python 3.11) the CUDA plugin 0.12 does not
+# parse: those failures are reported, naming the op and Triton.
 PALLAS = textwrap.dedent("""
     import json, torch, torch_pjrt
     import jax.numpy as jnp
@@ -147,11 +148,11 @@ PALLAS = textwrap.dedent("""
 
 def test_jax_ops_compile_for_the_targets_as_jax_lowers_them_there(tmp_path):
     out = run(tmp_path, {"TORCH_PJRT_EAGER": "strict", "TORCH_PJRT_JAX_CACHE": "0"}, PALLAS)
-    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("MOSAIC True False") == 2  # Mosaic for the TPU; interpret mode on this device
+    assert out.stdout.count("MOSAIC True False") == 2, out.stdout[-3000:] + out.stderr[-3000:]  # Mosaic for the TPU; interpreted here
     r = report_of(out)
-    tpu = r["targets"]["tpu-v6e"]
+    assert out.returncode == (1 if r["failures"] else 0), out.stderr[-3000:]
+    tpu, gpu = r["targets"]["tpu-v6e"], r["targets"]["h100"]
     assert tpu["failures"] == 0 and tpu["compiles"] >= 3, tpu
-    failed = sorted((t, p.split("(")[0]) for t, p, _ in r["failures"])
-    assert failed == [("h100", "jax_op_pallas_matmul"), ("h100", "jax_op_pallas_softmax")], failed
-    assert all("JAX could not lower it for cuda" in e for _, _, e in r["failures"])
+    assert gpu["compiles"] >= 3, gpu  # the plain JAX function compiled for the H100
+    for target, program, error in r["failures"]:
+        assert target == "h100" and program.startswith("jax_op_pallas_") and "Triton" in error, (program, error[:300])
