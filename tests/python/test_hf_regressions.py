@@ -136,3 +136,41 @@ def test_single_device_map_places_like_cpu(bert_checkpoint):
         with torch.no_grad():
             got = model(input_ids=ids.to(device)).last_hidden_state
         torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["Bert", "Roberta"])
+def test_budgeted_device_map_places_as_on_any_accelerator(tmp_path, name):
+    # Transformers' test_cpu_offload form: device_map="auto" with {0: a share of the model, "cpu": twice it}.
+    # For these tiny encoders at 50% and 70% every module lands on the CPU, so there is no hf_device_map: the
+    # placement Transformers and Accelerate compute for any accelerator, with no device at all (the meta
+    # model below), not a "tpu" gap (issue 36). Each budget places the same on "tpu" and loads its values.
+    from accelerate import init_empty_weights
+    from accelerate.utils import compute_module_sizes
+    from transformers.integrations.accelerate import _get_device_map
+
+    config = getattr(transformers, f"{name}Config")(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                                                    num_attention_heads=4, intermediate_size=37,
+                                                    max_position_embeddings=512, type_vocab_size=16)
+    cls = getattr(transformers, f"{name}Model")
+    torch.manual_seed(0)
+    cls(config).save_pretrained(tmp_path)
+    with init_empty_weights():
+        meta = cls(config)
+    size = compute_module_sizes(meta)[""]
+    ids = torch.randint(3, 99, (2, 8))
+    expected = cls.from_pretrained(tmp_path).eval()(input_ids=ids).last_hidden_state
+    split_somewhere = False
+    for share in (0.5, 0.7, 0.9):
+        budget = {0: int(share * size), "cpu": size * 2}
+        want = dict(_get_device_map(meta, "auto", dict(budget), None))
+        model = cls.from_pretrained(tmp_path, device_map="auto", max_memory=dict(budget)).eval()
+        got = getattr(model, "hf_device_map", None)
+        if want == {"": "cpu"}:
+            assert got is None and model.device.type == "cpu", (share, got)
+        else:
+            assert got == want, (share, got, want)
+            split_somewhere = True
+        with torch.no_grad():
+            out = model(input_ids=ids.to(model.device)).last_hidden_state
+        torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
+    assert split_somewhere  # at 90% the embeddings go to tpu:0 and the rest to the CPU
