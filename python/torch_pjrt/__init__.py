@@ -80,6 +80,7 @@ from . import backends as _backends_module  # noqa: E402
 from . import pallas as _pallas_module  # noqa: E402  (torch.tpu.pallas: TorchTPU's names for jax_op)
 from . import jax_ops as _jax_ops  # noqa: E402
 from .jax_ops import custom_jax_kernel, jax_op  # noqa: E402,F401  (JAX and Pallas functions as ops)
+from . import torchtpu as _torchtpu  # noqa: E402  (TorchTPU's names: docs/torchtpu.md)
 
 
 def _register():
@@ -94,6 +95,8 @@ def _register():
     sys.modules.setdefault("torch.backends.tpu", _backends_module)
     _device_module.pallas = _pallas_module
     sys.modules.setdefault("torch.tpu.pallas", _pallas_module)
+    for name in _torchtpu.__all__:  # TorchTPU's names: torch.tpu.EagerMode, set_eager_mode, eager_mode, ops
+        setattr(_device_module, name, getattr(_torchtpu, name))
 
 
 _register()
