@@ -19,7 +19,7 @@ if [ "$workers" -gt 0 ]; then set -- -n "$workers" --dist loadfile "$@"; fi
 echo "== Python tests under fused eager (TORCH_PJRT_EAGER=fused) =="
 # The same suite with ops recorded into streams, each stream run as one program. A process per test file:
 # fused eager compiles a program per op and one per stream, and one process of the whole suite would pass
-# the kernel's limit on memory mappings (vm.max_map_count; README, "Known differences").
+# the kernel's limit on memory mappings (vm.max_map_count; docs/known-differences.md).
 logs=$(mktemp -d)
 ls test_*.py | TORCH_PJRT_EAGER=fused xargs -P "$(( workers > 0 ? workers : 1 ))" -I{} sh -c \
   '../../.venv/bin/python -m pytest -q -p no:cacheprovider -p no:xdist --timeout "${TORCH_PJRT_TEST_TIMEOUT:-1200}" "$1" \

@@ -6,7 +6,7 @@ collective (TORCH_PJRT_DIST_CHECKS) cost, for an all-reduce and for a DDP traini
 
 starts its own torchrun of 2 processes on this machine and prints rank 0's report and the launch's wall time.
 Each process gets one thread per pool (TORCH_PJRT_CPU_THREADS=1 TORCH_PJRT_KERNEL_THREADS=1 OMP_NUM_THREADS=1:
-2 processes on the 2 cores of our benchmark machine; README, TORCH_PJRT_CPU_THREADS) and its own device,
+2 processes on the 2 cores of our benchmark machine; docs/settings.md, TORCH_PJRT_CPU_THREADS) and its own device,
 tpu:LOCAL_RANK (the CPU plugin gives each process LOCAL_WORLD_SIZE devices). Under torchrun directly
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 bench/collectives.py

@@ -6,7 +6,7 @@
 // the program cache's key, so these checks run on every call: each checked overload gets a kernel of its
 // own (registered instead of its table kernel) that checks the call's arguments on the host, before any
 // device work, then runs the row through call_row(). Checks read only dtypes, sizes and Scalars: never
-// device values (a check of tensor values would be a sync; README "Known differences" lists those).
+// device values (a check of tensor values would be a sync; docs/known-differences.md lists those).
 #include "aten/checks.h"
 
 #include <ATen/ATen.h>
