@@ -874,10 +874,10 @@ def _route_inductor():
         return
     original = cls.__call__
 
-    def __call__(self, model_, inputs_):
+    def __call__(self, model_, inputs_, **kwargs):
         if any(_is_tpu(x) for x in inputs_):
             return tpu_backend(model_, inputs_)
-        return original(self, model_, inputs_)
+        return original(self, model_, inputs_, **kwargs)
 
     cls.__call__ = __call__
     cls._torch_pjrt_routed = True
