@@ -1,5 +1,5 @@
 """Pallas kernels written with ``pallas_call``, made PyTorch ops on "tpu" by :func:`torch_pjrt.jax_op`: the
-examples of docs/kernels.md, used by the tests and ``bench/kernels.py``. Importing this module needs JAX.
+examples of docs/kernels.md, used by the tests and ``bench/custom_kernels.py``. Importing this module needs JAX.
 
 On TPUs they lower to Mosaic, on GPUs (with JAX's CUDA plugin) to Triton, and on the CPU plugin in
 interpret mode (torch_pjrt.pallas.interpret_by_default()).
@@ -64,7 +64,7 @@ def softmax(x, block_rows=8):
 
 @functools.partial(jax_op, name="rms_norm_matmul")
 def rms_norm_matmul(x, w_norm, w, eps=1e-6):
-    """RMSNorm of x[..., H] (weight w_norm[H]) then @ w[H, N]: one JAX function, one program (bench/kernels.py)."""
+    """RMSNorm of x[..., H] (weight w_norm[H]) then @ w[H, N]: one JAX function, one program (bench/custom_kernels.py)."""
     xf = x.astype(jnp.float32)
     normed = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     return jnp.dot((normed * w_norm).astype(x.dtype), w, preferred_element_type=jnp.float32).astype(x.dtype)

@@ -3,7 +3,7 @@ computation as separate eager ops on "tpu" and as one torch.compile(backend="tpu
 cost per call against a cached eager op's. Modes run in interleaved rounds in one process (shared, noisy
 machines): read the ratios, not the absolute times.
 
-    python bench/kernels.py [--rounds 5] [--tokens 64] [--hidden 512] [--calls 2000]
+    python bench/custom_kernels.py [--rounds 5] [--tokens 64] [--hidden 512] [--calls 2000]
 """
 
 import argparse
