@@ -110,7 +110,7 @@ class GraphBuilder {
             lowering::BaseForm* new_form);
   int transpose(int id, const std::vector<int64_t>& perm);
   // A call of `callee`, one of `functions` (func.func definitions from another producer: a JAX-lowered
-  // module, python/torch_pjrt/jax_op.py), on the values `ids`; its results have the types `outs`.
+  // module, python/torch_pjrt/jax_ops.py), on the values `ids`; its results have the types `outs`.
   // `by_plugin`: those functions as lowered for another plugin kind's deviceless targets (aten/aot.h).
   std::vector<int> call(const std::string& functions, const std::string& callee, const std::vector<int>& ids,
                         const std::vector<OutSpec>& outs, const std::map<std::string, std::string>& by_plugin = {});

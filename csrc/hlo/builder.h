@@ -153,7 +153,7 @@ class Builder {
             const std::vector<Value>& operands, const Type& result);
 
   // Functions from another producer (a JAX-lowered module's func.func definitions, already renamed so that
-  // they cannot clash: python/torch_pjrt/jax_op.py) appended to this module once, and a call of one of them.
+  // they cannot clash: python/torch_pjrt/jax_ops.py) appended to this module once, and a call of one of them.
   // The callee's signature must be `operands`' types to `results`; XLA inlines the call.
   // `by_plugin`: the same functions as lowered for another plugin kind's targets ("cuda", "tpu"; same names
   // and signatures), rendered by module_text(name, variant, plugin).

@@ -278,7 +278,7 @@ class _Lowering:
         self.ids[node] = res if isinstance(val, (tuple, list)) else res[0]
 
     def jax_call(self, node):
-        """A jax_op (python/torch_pjrt/jax_op.py): its lowered functions called from this program."""
+        """A jax_op (python/torch_pjrt/jax_ops.py): its lowered functions called from this program."""
         from .jax_ops import lookup
 
         op = lookup(node.target._schema.name)
