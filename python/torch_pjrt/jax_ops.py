@@ -10,7 +10,8 @@ runs on the tensors' device buffers: no host copy. The lowered text is kept on d
 traces nor compiles.
 
 - Static arguments: every argument that is not a tensor is static (part of the key; it must be hashable);
-  ``static_argnums`` / ``static_argnames`` are accepted for JAX's spelling and checked.
+  ``static_argnums`` / ``static_argnames`` are accepted for JAX's spelling (a tensor at a static position
+  raises).
 - Several outputs: a function may return one array or a tuple or list of them.
 - In place: ``input_output_aliases={i: o}`` writes output ``o`` into tensor input ``i`` and returns that
   input, as Pallas's parameter of that name does.
@@ -224,7 +225,6 @@ class JaxOp:
         self.aliases = dict(input_output_aliases or {})
         self.interpret = interpret
         self.jit_kwargs = jit_kwargs
-        self._vjp_of = _vjp_of
         base = name or getattr(fn, "__name__", "fn")
         base = re.sub(r"\W", "_", base.replace("::", "_")).strip("_") or "fn"
         with _lock:
@@ -291,8 +291,7 @@ class JaxOp:
         if lowered.program is None:
             g = _C._GraphBuilder("jax_op_" + self.name.split("::")[1])
             ids = [g.input(t.dtype, list(t.shape)) for t in tensors]
-            res = g.call(lowered.functions, lowered.callee, ids, lowered.outs, lowered.by_plugin)
-            lowered.program = g.compile(res)
+            lowered.program = g.compile(self.graph_call(g, ids, tensors, sid))
         return lowered.program.run(list(tensors))
 
     def _fake(self, tensors, sid):

@@ -185,6 +185,7 @@ def test_torchtpu_names():
 
 def test_bad_calls_raise_clear_errors():
     x = torch.randn(4)
+    xt = x.to("tpu")
     with pytest.raises(RuntimeError, match="jax_op torch_pjrt_jax::rms: runs on tpu tensors; got tensors on cpu"):
         rms(x, x)
     with pytest.raises(TypeError, match="must be hashable"):
@@ -192,9 +193,10 @@ def test_bad_calls_raise_clear_errors():
     with pytest.raises(TypeError, match="passed by keyword"):
         rms(x.to("tpu"), w=x.to("tpu"))
     with pytest.raises(TypeError, match=r"rms\(float32\[4\], float32\[5\]\): JAX could not lower"):
-        rms(x.to("tpu"), torch.ones(5, device="tpu"))
-    xt = x.to("tpu")
-    assert_same(xt, x)  # a failed call left its inputs as they were
+        rms(xt, torch.ones(5, device="tpu"))
+    with pytest.raises(TypeError, match="passed by keyword"):
+        rms(xt, w=xt)
+    assert_same(xt, x)  # the failed calls left their input as it was
 
 
 def _child(code, cache, extra_env=None):
