@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "aten/device_checks.h"
 #include "aten/errors.h"
 #include "aten/fused.h"
 #include "aten/storage.h"
@@ -138,6 +139,7 @@ void synchronize(int device) {
     failed = std::move(pending[device % pjrt::Buffer::kMaxDevices]);
   }
   if (failed) raise_deferred(*failed);
+  raise_failed_checks(device);
   try {
     pjrt::Buffer::await_newest(device);
   } catch (const pjrt::Error& e) {

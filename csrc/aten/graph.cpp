@@ -207,7 +207,9 @@ std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::j
   };
   if (row.flags & lowering::kRandom) ctx.rng_state = rng_id >= 0 ? value(rng_id) : add_rng_state();
   ctx.lazy_rng_state = [&]() -> hlo::Value { return rng_id >= 0 ? value(rng_id) : add_rng_state(); };
+  const size_t first_check = b_.checks().size();
   std::vector<hlo::Value> results = lowering::lower_row(row, ctx);
+  note_checks(b_, first_check, "aten::" + overload, checks_);
   convert_results(b_, results, specs, "aten::" + overload);
   std::vector<int> ids;
   for (size_t r = 0; r < results.size(); ++r) ids.push_back(outs[r].defined ? add(results[r]) : -1);
@@ -316,6 +318,11 @@ std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids,
     p->outputs_.push_back({true, scalar_type(v.elem()), v.dims()});
   }
   for (const auto& in : inputs_) in_specs.push_back(in.spec);
+  if (!checks_.empty()) {  // device-side checks: their codes are the last output (aten/device_checks.h)
+    results.push_back(check_codes(b_));
+    out_specs.push_back({pjrt::ElementType::kS64, results.back().dims()});
+    p->checks_ = std::make_shared<std::vector<CheckInfo>>(checks_);
+  }
   b_.ret(results);
   p->inputs_ = inputs_;
   p->num_tensor_inputs_ = num_tensor_inputs_;
@@ -347,7 +354,12 @@ std::vector<pjrt::BufferPtr> GraphProgram::launch(int device, std::vector<pjrt::
                                                   std::shared_ptr<const DeferredError>* failure) const {
   std::vector<char> donated(inputs_.size(), 0);
   for (size_t i = 0; i < inputs_.size(); ++i) donated[i] = inputs_[i].donor;
-  return run_dispatched(exe_, device, std::move(args), std::move(donated), label_, failure);
+  std::vector<pjrt::BufferPtr> outs = run_dispatched(exe_, device, std::move(args), std::move(donated), label_, failure);
+  if (checks_ && !outs.empty()) {  // read at the next sync point (run_writing's end under launch blocking)
+    watch_checks(device, std::move(outs.back()), checks_, false);
+    outs.pop_back();
+  }
+  return outs;
 }
 
 std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs) const {
@@ -420,6 +432,7 @@ std::pair<std::vector<at::Tensor>, GraphProgram::Writes> GraphProgram::run_writi
       results.push_back(failure ? poisoned_tensor(s.sizes, s.dtype, device, failure)
                                 : wrap_buffer(std::move(outs[o]), s.sizes, s.dtype));
   }
+  if (checks_ && launch_blocking()) raise_failed_checks(device);  // debug mode: at the graph's call
   return {std::move(results), std::move(unswapped)};
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "aten/device_checks.h"
 #include "hlo/builder.h"
 #include "lowering/view.h"
 #include "pjrt/program_cache.h"
@@ -70,6 +71,7 @@ class GraphProgram {
   std::vector<Input> inputs_;
   size_t num_tensor_inputs_ = 0;
   std::vector<OutSpec> outputs_;
+  std::shared_ptr<std::vector<CheckInfo>> checks_;  // its rows' device-side checks: the last output's codes
 };
 
 class GraphBuilder {
@@ -125,6 +127,7 @@ class GraphBuilder {
  private:
   std::string name_;
   hlo::Builder b_;
+  std::vector<CheckInfo> checks_;  // the applied rows' device-side checks, in b_'s order
   std::vector<hlo::Value> values_;
   std::vector<GraphProgram::Input> inputs_;
   size_t num_tensor_inputs_ = 0;

@@ -38,6 +38,7 @@
 #include <torch/library.h>
 
 #include "aten/checks.h"
+#include "aten/device_checks.h"
 #include "aten/errors.h"
 #include "aten/fallback.h"
 #include "aten/program.h"
@@ -53,6 +54,7 @@ at::Tensor download(const at::Tensor& t) {
   at::Tensor out = at::empty(t.sizes(), t.options().device(c10::kCPU).memory_format(c10::MemoryFormat::Contiguous));
   if (t.numel() == 0) return out;
   pjrt::BufferPtr buf = dense_buffer(t);
+  raise_failed_checks(t.device().index());  // a sync point (after dense_buffer, which flushes fused eager)
   if (!buf) return out.zero_();  // never written: reads as zeros
   guarded(buf->producer(), [&] { buf->to_host(out.data_ptr()); });
   return out;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "aten/compile_log.h"
+#include "aten/device_checks.h"
 #include "aten/graph.h"
 #include "pjrt/runtime.h"
 
@@ -59,6 +60,7 @@ struct Entry {
   std::atomic<bool> fallback{false};  // set at a compile failure too, after the entry was found
   std::string fallback_reason;
   std::string signature;  // the call that built it, for compile reasons ("self: f32[4, 8], other: f32[8]")
+  CheckInfos checks;      // the row's device-side checks: the program's last output is their codes
 };
 
 }  // namespace torch_pjrt

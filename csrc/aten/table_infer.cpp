@@ -293,6 +293,13 @@ void TableKernel::build_program(const c10::OperatorHandle& op, const torch::jit:
     }
   }
   entry.num_results = is_inplace_ || is_out_ ? new_returns_ : results.size();
+  if (!b.checks().empty()) {  // device-side checks: their codes are the last output (aten/device_checks.h)
+    auto infos = std::make_shared<std::vector<CheckInfo>>();
+    note_checks(b, 0, name_, *infos);
+    program_outputs.push_back(check_codes(b));
+    out_specs.push_back({ElementType::kS64, program_outputs.back().dims()});
+    entry.checks = std::move(infos);
+  }
   b.ret(program_outputs);
   entry.lowered.module = b.module_text(name_for_module());
   entry.lowered.targets_module = aot_text(b, name_for_module());

@@ -41,6 +41,11 @@ void TableKernel::execute(const Entry& entry, torch::jit::Stack* stack, size_t b
     LaunchArgs args;
     gather_args(entry, *stack, base, call, args);
     outs = run(*entry.exe, call.device, args.args, name_.c_str(), &failure);
+    if (entry.checks && !outs.empty()) {  // read now under launch blocking: a failed op swaps in nothing
+      pjrt::BufferPtr codes = std::move(outs.back());
+      outs.pop_back();
+      watch_checks(call.device, std::move(codes), entry.checks, launch_blocking());
+    }
   }
   std::vector<at::Tensor> results(entry.num_results);
   sink_results(entry, *stack, base, call, outs, failure, results);

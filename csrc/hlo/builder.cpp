@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include <cstring>
@@ -83,6 +84,17 @@ Value Builder::arg(Type type, const std::string& attrs) {
   args_.emplace_back(type, attrs);
   arg_ids_.push_back(v.id);
   return v;
+}
+
+bool Builder::device_checks = [] {
+  const char* v = std::getenv("TORCH_PJRT_DEVICE_CHECKS");
+  return !(v && std::string(v) == "0");
+}();
+
+void Builder::add_check(Check c) {
+  require(can_check(), "add_check: checks are off, or inside a region");
+  require(c.code.type == (Type{ElementType::kS64, {2}}), "add_check: the code must be an s64[2]");
+  checks_.push_back(std::move(c));
 }
 
 void Builder::ret(const std::vector<Value>& results) {

@@ -83,6 +83,23 @@ class Builder {
   const std::string& variant_error() const { return variant_error_; }
   static bool two_variants;  // set once, before any lowering, when deviceless targets are configured
 
+  // Device-side checks (aten/device_checks.h): a lowering that can meet an invalid value (an index out of
+  // range) adds a check. `code` is an s64[2]: {1 + the flat position of the first offending element, or 0
+  // when none offends; that element's value}. `message` is what the CPU would raise, with "{value}" standing
+  // for that value; an IndexError where `index_error`, else a RuntimeError. The program's maker returns the
+  // codes with its results (one s64[2 * n] output) and the runtime reads them at the next sync point.
+  // Checks are made at the function's top level only (a value inside a region cannot be returned).
+  struct Check {
+    Value code;
+    std::string message;
+    bool index_error = false;
+  };
+  // False when checks are off (TORCH_PJRT_DEVICE_CHECKS=0, read once): rows then add none.
+  static bool device_checks;
+  bool can_check() const { return device_checks && indent_ == 4; }
+  void add_check(Check c);
+  const std::vector<Check>& checks() const { return checks_; }
+
   // Constants: a splat of `v` converted to `type` (bool for pred: v != 0).
   Value constant(double v, const Type& type);
   Value constant_i(int64_t v, const Type& type);
@@ -241,6 +258,7 @@ class Builder {
   std::string* out_ = &body_;
   int indent_ = 4;
   std::vector<Type> results_;
+  std::vector<Check> checks_;  // add_check's, in order
   std::vector<int> result_ids_;
   bool returned_ = false;
 };

@@ -22,6 +22,10 @@ void note_variant_choice() { ++t_choices; }
 std::vector<Value> Builder::per_variant(const std::function<std::vector<Value>()>& fn) {
   if (!two_variants || t_variant >= 0) return fn();  // one variant, or already inside a per_variant
   std::string* const out = out_;
+  // The checks fn adds (add_check) are each variant's own values: their codes are returned as results
+  // too, so that both variants bind them to the same names.
+  const size_t first_check = checks_.size();
+  size_t num_results = 0;
   auto run = [&](int variant, std::string& text) {
     struct Restore {  // the builder's output and the thread's variant, also when fn throws
       Builder& b;
@@ -30,23 +34,40 @@ std::vector<Value> Builder::per_variant(const std::function<std::vector<Value>()
     } restore{*this, out};
     out_ = &text;
     t_variant = variant;
-    return fn();
+    checks_.resize(first_check);
+    std::vector<Value> r = fn();
+    num_results = r.size();
+    for (size_t i = first_check; i < checks_.size(); ++i) r.push_back(checks_[i].code);
+    return r;
+  };
+  // fn's results, and the checks' codes (now those of `values`) back in checks_
+  auto split = [&](std::vector<Value> values, size_t n) {
+    for (size_t i = n; i < values.size(); ++i) checks_[first_check + i - n].code = values[i];
+    values.resize(n);
+    return values;
   };
   std::string text0, text1;
   const int64_t choices = t_choices;
   std::vector<Value> r0 = run(0, text0);
+  const size_t n0 = num_results;
   if (t_choices == choices) {  // nothing depended on the device: one text for both
     *out += text0;
-    return r0;
+    return split(r0, n0);
   }
+  const std::vector<Check> checks0(checks_.begin() + static_cast<std::ptrdiff_t>(first_check), checks_.end());
   std::vector<Value> r1;
   try {
     r1 = run(1, text1);
   } catch (const std::exception& e) {  // the targets' lowering must not change this device's program
     if (variant_error_.empty()) variant_error_ = e.what();
+    checks_.resize(first_check);
+    checks_.insert(checks_.end(), checks0.begin(), checks0.end());
     *out += text0;
-    return r0;
+    return split(r0, n0);
   }
+  if (checks_.size() - first_check != checks0.size()) throw Error("per_variant: the variants make different checks");
+  checks_.resize(first_check);
+  checks_.insert(checks_.end(), checks0.begin(), checks0.end());
   if (r0.size() != r1.size()) throw Error("per_variant: the variants return different numbers of values");
   std::vector<Value> joined(r0.size());
   for (size_t i = 0; i < r0.size(); ++i) {
@@ -66,7 +87,7 @@ std::vector<Value> Builder::per_variant(const std::function<std::vector<Value>()
   }
   *out += std::string(indent_, ' ') + kMarker + std::to_string(variants_.size()) + "\n";
   variants_.emplace_back(std::move(text0), std::move(text1));
-  return joined;
+  return split(std::move(joined), n0);
 }
 
 std::string Builder::expand_variants(const std::string& text, int variant) const {

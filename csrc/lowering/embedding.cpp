@@ -23,7 +23,9 @@ V embedding(Ctx& c) {
   Value w = c.t(0);
   if (w.rank() != 2) throw hlo::Error("embedding: weight must be 2-d");
   int64_t k = c.t(1).type.numel(), d = w.dims()[1];
-  Value idx = b.reshape(b.convert(c.t(1), ElementType::kS64), {k, 1});
+  IndexCheck how;
+  how.wrap = false, how.message = "index out of range in self";
+  Value idx = b.reshape(checked_index(b, c.t(1), w.dims()[0], how), {k, 1});
   hlo::GatherDims gd{{1}, {0}, {0}, 1};
   Value rows = b.gather(w, idx, gd, {1, d}, {k, d});
   return one(b.reshape(rows, c.out_dims()));
@@ -107,7 +109,11 @@ V embedding_bag(Ctx& c) {
   const int64_t n = c.t(1).dims()[0], d = w.dims()[1];
   const int64_t bags = c.out_dims(0)[0], mode = c.i(4), pad = c.i(8);
   const ElementType t = compute_type(w.elem());
-  Value idx = b.convert(c.t(1), s64);
+  IndexCheck how;
+  how.wrap = false, how.index_error = false;
+  how.message = "Index {position} of input takes value {value} which is not in the valid range [0, " +
+                std::to_string(w.dims()[0]) + ")";
+  Value idx = checked_index(b, c.t(1), w.dims()[0], how);
   Value bag = bag_of_positions(b, b.convert(c.t(2), s64), n);
   Value valid = andv(b, b.compare(Cmp::GE, bag, b.constant_i(0, bag.type)), b.compare(Cmp::LT, bag, b.constant_i(bags, bag.type)));
   if (pad >= 0) valid = andv(b, valid, b.compare(Cmp::NE, idx, b.constant_i(pad, idx.type)));

@@ -451,4 +451,40 @@ Value addcdiv(Ctx& c) {
   return c.b.convert(add(c.b, up(c, 0), q), t);
 }
 
+Value check(Builder& b, Value bad, Value values, const std::string& message, bool index_error) {
+  const int64_t n = bad.type.numel();
+  if (!b.can_check() || n == 0) return Value{};
+  const ElementType s64 = ElementType::kS64;
+  Value flat = b.reshape(bad, {n});
+  Value iota = b.iota(Type{s64, {n}}, 0);
+  Value pos = reduce(b, b.select(flat, iota, b.constant_i(n, iota.type)), {0}, "minimum", b.scalar_i(n, s64));
+  Value failed = b.compare(hlo::Cmp::LT, pos, b.scalar_i(n, s64));
+  Value first = b.select(failed, b.binary("add", pos, b.scalar_i(1, s64)), b.scalar_i(0, s64));
+  Value value = b.scalar_i(0, s64);
+  if (values.valid()) {
+    Value at = b.compare(hlo::Cmp::EQ, iota, b.broadcast_to(pos, {n}));
+    Value v = b.reshape(b.convert(values, s64), {n});
+    value = reduce(b, b.select(at, v, b.constant_i(0, v.type)), {0}, "add", b.scalar_i(0, s64));
+  }
+  b.add_check({b.concatenate({b.reshape(first, {1}), b.reshape(value, {1})}, 0), message, index_error});
+  return failed;
+}
+
+Value checked_index(Builder& b, Value idx, int64_t size, const IndexCheck& how) {
+  if (!pjrt::is_integral(idx.elem()) || idx.elem() == ElementType::kPred)
+    throw hlo::Error("index tensors must be integers");
+  Value raw = b.convert(idx, ElementType::kS64);
+  Value zero = b.constant_i(0, raw.type), n = b.constant_i(size, raw.type);
+  Value negative = b.compare(hlo::Cmp::LT, raw, zero);
+  Value wrapped = how.wrap ? b.select(negative, b.binary("add", raw, n), raw) : raw;
+  if (!b.can_check()) return wrapped;
+  Value bad = b.binary("or", b.compare(hlo::Cmp::LT, wrapped, zero), b.compare(hlo::Cmp::GE, wrapped, n));
+  const std::string message = !how.message.empty() ? how.message
+      : how.prefix + "index {value} is out of bounds for dimension " + std::to_string(how.dim) + " with size " +
+            std::to_string(size);
+  Value failed = check(b, bad, raw, message, how.index_error);
+  if (!how.write || !failed.valid()) return wrapped;
+  return b.select(b.broadcast_to(failed, wrapped.dims()), n, wrapped);
+}
+
 }  // namespace lowering

@@ -2,6 +2,7 @@
 // the float32 accumulation that torch uses for half-precision reductions.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "lowering/table.h"
@@ -54,6 +55,27 @@ Value unit_f32(Builder& b, Value bits);
 // A scalar constant of the type of `like`.
 inline Value like(Builder& b, double v, const Value& like) { return b.constant(v, like.type); }
 inline Value scalar_like(Builder& b, double v, const Value& like) { return b.constant(v, Type{like.elem(), {}}); }
+
+// ------------------------------------------------------------------------------ device-side checks
+// A check (hlo::Builder::add_check) of `bad` (pred, any shape): where some element holds, the op failed
+// with `message` ("{value}": the matching element of `values`, an integer tensor of bad's shape, or invalid
+// for none). Returns a 0-d pred, true where the check failed, or an invalid Value when checks are off.
+Value check(Builder& b, Value bad, Value values, const std::string& message, bool index_error);
+// How an index tensor's range is checked (checked_index).
+struct IndexCheck {
+  int64_t dim = 0;           // the indexed dim, for the message
+  bool wrap = true;          // negative entries count from the end (torch's indexing), else they are invalid
+  bool index_error = true;   // an IndexError (else a RuntimeError)
+  bool write = false;        // the index addresses a scatter's updates (below)
+  std::string message;       // the CPU's words; default "index {value} is out of bounds for dimension D with size S"
+  std::string prefix;        // before the default message ("index_copy_(): ")
+};
+// An integer index tensor as s64, its negative entries wrapped by `size` (how.wrap), checked on the device:
+// an entry outside [-size, size) ([0, size) without wrap) fails the op. For a write, every entry is then
+// out of range, so that the scatter drops all its updates: a failed op changes nothing, as on the CPU,
+// which raises before writing. With checks off, out-of-range entries are left to XLA (gathers clamp them,
+// scatters drop their updates).
+Value checked_index(Builder& b, Value idx, int64_t size, const IndexCheck& how);
 
 // ------------------------------------------------------------------------------- row shorthands
 using V = std::vector<Value>;

@@ -2,9 +2,9 @@
 // advanced indexing (index.Tensor, index_put), take / put, masked_scatter, and the data-movement ops built from the
 // same pieces: constant_pad_nd, flip, roll, repeat, tril / triu, sort and topk; index_reduce and nonzero_static.
 //
-// Index tensors may be int64 or int32; negative indices wrap as in torch (i + size). Indices that are
-// still out of range after wrapping are NOT checked (that would need a device->host sync): gathers clamp
-// them into range and scatters drop their updates, so the result is unspecified where torch would raise.
+// Index tensors may be int64 or int32; negative indices wrap as in torch (i + size). Indices still out of
+// range after wrapping fail the op on the device (checked_index, helpers.h): the error is raised at the next
+// sync point with the CPU's words, and a failed scatter writes nothing.
 // Boolean-mask indices have a data-dependent shape and fall back, except for index_put with a single
 // mask and a one-element value (x[mask] = v), which is a select.
 #include <limits>
@@ -36,13 +36,22 @@ int64_t numel(const Dims& d) {
 
 bool is_bool_index(const Value& v) { return v.elem() == ElementType::kPred || v.elem() == ElementType::kU8; }
 
-// An index tensor as s64 with negative entries wrapped by `size`.
-Value wrap_index(Builder& b, Value idx, int64_t size) {
+// An index tensor as s64 with negative entries wrapped by `size`, checked on the device (checked_index).
+Value wrap_index(Builder& b, Value idx, int64_t size, const IndexCheck& how) {
   if (is_bool_index(idx)) throw hlo::Error("boolean index tensors have a data-dependent shape");
-  if (!pjrt::is_integral(idx.elem())) throw hlo::Error("index tensors must be integers");
-  idx = b.convert(idx, ElementType::kS64);
-  Value zero = b.constant_i(0, idx.type);
-  return b.select(b.compare(Cmp::LT, idx, zero), b.binary("add", idx, b.constant_i(size, idx.type)), idx);
+  return checked_index(b, idx, size, how);
+}
+
+// The CPU's words for an index out of range, by op family.
+IndexCheck dim_check(int64_t dim, bool write) {  // gather, scatter and their reductions, index_add
+  IndexCheck how;
+  how.dim = dim, how.index_error = false, how.write = write;
+  return how;
+}
+IndexCheck in_self(bool write, bool wrap = true) {  // index_select, index_reduce, embedding
+  IndexCheck how;
+  how.wrap = wrap, how.write = write, how.message = "index out of range in self";
+  return how;
 }
 
 // The scatter combiner for a reduction name; "" replaces.
@@ -66,13 +75,13 @@ hlo::Builder::Body body_of(const std::string& op) {
 
 // Full coordinates into a rank-`rank` operand for every element of `index` (same rank): the index
 // value along `dim`, the element's own position along the others. Shape index.dims + [rank].
-Value dim_coords(Builder& b, Value index, int64_t dim, int64_t size) {
+Value dim_coords(Builder& b, Value index, int64_t dim, int64_t size, bool write) {
   const int64_t rank = index.rank();
   Dims d = index.dims(), dd = index.dims();
   dd.push_back(1);
   V parts;
   for (int64_t k = 0; k < rank; ++k) {
-    Value v = k == dim ? wrap_index(b, index, size) : b.iota(Type{ElementType::kS64, d}, k);
+    Value v = k == dim ? wrap_index(b, index, size, dim_check(dim, write)) : b.iota(Type{ElementType::kS64, d}, k);
     parts.push_back(b.reshape(v, dd));
   }
   return b.concatenate(parts, rank);
@@ -86,7 +95,7 @@ Value gather_dim(Builder& b, Value x, int64_t dim, Value index) {
   g.collapsed_slice_dims = iota_dims(0, rank);
   g.start_index_map = iota_dims(0, rank);
   g.index_vector_dim = rank;
-  return b.gather(x, dim_coords(b, index, dim, x.dims()[dim]), g, Dims(rank, 1), index.dims());
+  return b.gather(x, dim_coords(b, index, dim, x.dims()[dim], false), g, Dims(rank, 1), index.dims());
 }
 
 // self[i with i[dim] = index[i...]] (op)= src[i...]  (torch.scatter); src is cut to index's shape.
@@ -98,7 +107,7 @@ Value scatter_dim(Builder& b, Value self, int64_t dim, Value index, Value src, c
   s.inserted_window_dims = iota_dims(0, rank);
   s.scatter_dims_to_operand_dims = iota_dims(0, rank);
   s.index_vector_dim = rank;
-  return b.scatter(self, dim_coords(b, index, dim, self.dims()[dim]), src, s, body_of(op));
+  return b.scatter(self, dim_coords(b, index, dim, self.dims()[dim], true), src, s, body_of(op));
 }
 
 // self.index_select(dim, index).
@@ -107,7 +116,7 @@ Value index_select(Builder& b, Value x, int64_t dim, Value index) {
   Dims out = x.dims();
   out[dim] = n;
   if (numel(out) == 0) return b.constant(0, Type{x.elem(), out});
-  Value idx = b.reshape(wrap_index(b, index, x.dims()[dim]), {n, 1});
+  Value idx = b.reshape(wrap_index(b, index, x.dims()[dim], in_self(false)), {n, 1});
   GatherDims g;
   for (int64_t i = 0; i < x.rank(); ++i)
     if (i != dim) g.offset_dims.push_back(i);
@@ -119,14 +128,17 @@ Value index_select(Builder& b, Value x, int64_t dim, Value index) {
   return b.gather(x, idx, g, sizes, out);
 }
 
-// self with self.select(dim, index[j]) (op)= updates.select(dim, j): index_add / index_copy / index_fill.
-Value index_scatter(Builder& b, Value self, int64_t dim, Value index, Value updates, const std::string& op) {
+// self with self.select(dim, index[j]) (op)= updates.select(dim, j): index_add / index_copy / index_fill;
+// `how` words an index out of range (its dim and write are set here).
+Value index_scatter(Builder& b, Value self, int64_t dim, Value index, Value updates, const std::string& op,
+                    IndexCheck how) {
   const int64_t n = index.type.numel();
   if (n == 0 || self.type.numel() == 0) return self;
   Dims ud = self.dims();
   ud[dim] = n;
   updates = b.reshape(updates, ud);
-  Value idx = b.reshape(wrap_index(b, index, self.dims()[dim]), {n, 1});
+  how.dim = dim, how.write = true;
+  Value idx = b.reshape(wrap_index(b, index, self.dims()[dim], how), {n, 1});
   ScatterDims s;
   for (int64_t i = 0; i < self.rank(); ++i)
     if (i != dim) s.update_window_dims.push_back(i);
@@ -223,11 +235,11 @@ Value scatter_reduce_two(Ctx& c) {
 
 // ------------------------------------------------------------------------- index_add / copy / fill
 
-Value index_row(Ctx& c, Value updates, const std::string& op) {
+Value index_row(Ctx& c, Value updates, const std::string& op, const IndexCheck& how) {
   Value self = c.b.convert(c.t(0), c.out_type());
   int64_t dim = dim_arg(c, 1, self);
   self = as_vector(c.b, self);
-  Value r = index_scatter(c.b, self, dim, c.t(2), c.b.convert(updates, self.elem()), op);
+  Value r = index_scatter(c.b, self, dim, c.t(2), c.b.convert(updates, self.elem()), op, how);
   return c.b.reshape(r, c.out_dims());
 }
 
@@ -238,7 +250,7 @@ Value index_fill(Ctx& c) {
   Dims ud = self.dims();
   ud[dim] = c.t(2).type.numel();
   Value v = c.b.broadcast_to(c.b.convert(c.t(3), self.elem()), ud);
-  return c.b.reshape(index_scatter(c.b, self, dim, c.t(2), v, ""), c.out_dims());
+  return c.b.reshape(index_scatter(c.b, self, dim, c.t(2), v, "", IndexCheck{}), c.out_dims());
 }
 
 // ---------------------------------------------------------------------------- advanced indexing
@@ -271,7 +283,8 @@ struct Advanced {
   Dims from_torch;  // torch order -> [batch, rest]
 };
 
-Advanced advanced(Builder& b, const Value& self, const std::vector<Value>& list) {
+// `write`: the coordinates address index_put's updates (checked_index).
+Advanced advanced(Builder& b, const Value& self, const std::vector<Value>& list, bool write) {
   Advanced a;
   if (static_cast<int64_t>(list.size()) > self.rank()) throw hlo::Error("index: too many indices");
   std::vector<Value> idx;
@@ -293,7 +306,9 @@ Advanced advanced(Builder& b, const Value& self, const std::vector<Value>& list)
   cd.push_back(1);
   V parts;
   for (int64_t j = 0; j < k; ++j) {
-    Value w = wrap_index(b, idx[j], self.dims()[a.indexed[j]]);
+    IndexCheck how;
+    how.dim = a.indexed[j], how.write = write;
+    Value w = wrap_index(b, idx[j], self.dims()[a.indexed[j]], how);
     parts.push_back(b.reshape(b.broadcast_to(w, a.batch), cd));
   }
   a.coords = b.concatenate(parts, nb);
@@ -318,7 +333,7 @@ Value index_tensor(Ctx& c) {
   Builder& b = c.b;
   Value self = c.t(0);
   if (c.out_type() != ElementType::kInvalid && numel(c.out_dims()) == 0) return b.constant(0, c.out());
-  Advanced a = advanced(b, self, c.arg(1).list);
+  Advanced a = advanced(b, self, c.arg(1).list, false);
   const int64_t nb = static_cast<int64_t>(a.batch.size()), k = static_cast<int64_t>(a.indexed.size());
   Value xt = b.transpose(self, a.perm);
   GatherDims g;
@@ -364,7 +379,7 @@ Value index_put(Ctx& c, bool accumulate) {
   for (const Value& v : list) any_bool |= v.valid() && is_bool_index(v);
   if (any_bool) return masked_put(c, self, list, values, accumulate);
   if (self.type.numel() == 0) return self;
-  Advanced a = advanced(b, self, list);
+  Advanced a = advanced(b, self, list, true);
   if (numel(a.result_dims) == 0) return self;
   // values broadcast to self[indices], then into [batch, rest] order
   while (values.rank() > static_cast<int64_t>(a.result_dims.size()) && values.dims()[0] == 1)
@@ -405,6 +420,10 @@ Value masked_scatter(Ctx& c) {
   const int64_t n = numel(out), m = source.type.numel();
   if (n == 0 || m == 0) return self;
   Value flat = b.reshape(b.convert(mask, ElementType::kS64), {n});
+  Value ones = reduce_sum(b, flat, {0});
+  Value failed = check(b, b.reshape(b.compare(Cmp::GT, ones, b.scalar_i(m, ElementType::kS64)), {1}), Value{},
+                       "Number of elements of source < number of ones in mask", false);
+  if (failed.valid()) mask = andv(b, mask, b.broadcast_to(notv(b, failed), out));  // a failed op writes nothing
   Value pos = b.binary("subtract", prefix_sum(b, flat), b.constant_i(1, flat.type));
   pos = b.clamp(b.scalar_i(0, ElementType::kS64), pos, b.scalar_i(m - 1, ElementType::kS64));
   GatherDims g;
@@ -575,6 +594,13 @@ V topk(Ctx& c) {
 }
 
 // self.flatten()[index] (take) and its scatter (put): indices address the flattened self.
+IndexCheck flat_check(int64_t n, bool write) {
+  IndexCheck how;
+  how.write = write;
+  how.message = "out of range: tried to access index {value} on a tensor of " + std::to_string(n) + " elements.";
+  return how;
+}
+
 Value take(Ctx& c) {
   Builder& b = c.b;
   Value x = c.t(0), index = c.t(1);
@@ -584,7 +610,7 @@ Value take(Ctx& c) {
   g.collapsed_slice_dims = {0};
   g.start_index_map = {0};
   g.index_vector_dim = 1;
-  Value idx = b.reshape(wrap_index(b, index, n), {k, 1});
+  Value idx = b.reshape(wrap_index(b, index, n, flat_check(n, false)), {k, 1});
   return b.reshape(b.gather(b.reshape(x, {n}), idx, g, {1}, {k}), c.out_dims());
 }
 
@@ -600,7 +626,7 @@ Value put(Ctx& c) {
   s.inserted_window_dims = {0};
   s.scatter_dims_to_operand_dims = {0};
   s.index_vector_dim = 1;
-  Value idx = b.reshape(wrap_index(b, index, n), {k, 1});
+  Value idx = b.reshape(wrap_index(b, index, n, flat_check(n, true)), {k, 1});
   Value r = b.scatter(b.reshape(x, {n}), idx, b.reshape(src, {k}), s,
                       body_of(accumulate ? combiner("add", x.elem()) : ""));
   return b.reshape(r, c.out_dims());
@@ -621,9 +647,7 @@ Value index_reduce(Ctx& c) {
   const int64_t n = index.type.numel();
   if (n == 0 || self.type.numel() == 0) return b.reshape(self, c.out_dims());
   if (!pjrt::is_integral(index.elem())) throw hlo::Error("index_reduce: integer index expected");
-  Value idx = b.convert(b.reshape(index, {n}), ElementType::kS64);
-  idx = b.select(b.compare(Cmp::LT, idx, b.constant_i(0, idx.type)), add(b, idx, b.constant_i(self.dims()[dim], idx.type)), idx);
-  idx = b.reshape(idx, {n, 1});
+  Value idx = b.reshape(wrap_index(b, b.reshape(index, {n}), self.dims()[dim], in_self(true)), {n, 1});
   Dims ud = self.dims();
   ud[dim] = n;
   src = b.reshape(src, ud);
@@ -737,9 +761,13 @@ const Rows rows = {
          Value alpha = c.b.broadcast_to(operand(c, 4, c.out_type(), {}), src.dims());
          src = c.b.binary(c.out_type() == ElementType::kPred ? "and" : "multiply", src, alpha);
        }
-       return one(index_row(c, src, combiner("add", c.out_type())));
+       return one(index_row(c, src, combiner("add", c.out_type()), dim_check(0, true)));
      }},
-    {{"index_copy", "index_copy_", "index_copy.out"}, [](Ctx& c) { return one(index_row(c, c.t(3), "")); }},
+    {{"index_copy", "index_copy_", "index_copy.out"}, [](Ctx& c) {
+       IndexCheck how;
+       how.prefix = "index_copy_(): ";
+       return one(index_row(c, c.t(3), "", how));
+     }},
     {{"index_fill.int_Scalar", "index_fill_.int_Scalar", "index_fill.int_Scalar_out"}, [](Ctx& c) {
        return one(index_fill(c));
      }},

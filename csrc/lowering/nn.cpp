@@ -225,6 +225,9 @@ NllGather nll_gather(Ctx& c, const Value& x, size_t target_arg, size_t weight_ar
   Value target = b.reshape(b.convert(c.t(target_arg), ElementType::kS64), tdims);
   NllGather g;
   g.keep = b.compare(Cmp::NE, target, b.constant_i(c.i(ignore_arg), idx_type));
+  Value out_of_range = orv(b, b.compare(Cmp::LT, target, b.constant_i(0, idx_type)),
+                           b.compare(Cmp::GE, target, b.constant_i(x.dims()[class_dim], idx_type)));
+  check(b, andv(b, g.keep, out_of_range), target, "Target {value} is out of bounds.", true);
   Value cls = b.clamp(b.constant_i(0, Type{ElementType::kS64, {}}), target,
                       b.constant_i(x.dims()[class_dim] - 1, Type{ElementType::kS64, {}}));
   Value linear = b.binary("multiply", cls, b.constant_i(strides[class_dim], idx_type));

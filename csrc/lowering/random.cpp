@@ -241,7 +241,22 @@ Value multinomial(Ctx& c) {
   const bool replacement = c.i(2);
   if (k == 0 || batch == 0) return b.constant(0, c.out());
   const ElementType ct = compute_type(p.elem());
-  Value logp = b.unary("log", b.convert(b.reshape(p, {batch, n}), ct));
+  Value probs = b.convert(b.reshape(p, {batch, n}), ct);
+  // The CPU's checks of the probabilities' values, in its words (the one-draw and without-replacement path
+  // checks all entries first, the with-replacement kernel entry by entry).
+  Value zero = b.constant(0, probs.type), negative = notv(b, b.compare(Cmp::GE, probs, zero));
+  if (!replacement || k == 1) {
+    check(b, orv(b, negative, is_inf(b, probs)), Value{},
+          "probability tensor contains either `inf`, `nan` or element < 0", false);
+  } else {
+    check(b, negative, Value{}, "invalid multinomial distribution (encountering probability entry < 0)", false);
+    check(b, notv(b, is_finite(b, probs)), Value{},
+          "invalid multinomial distribution (encountering probability entry = infinity or NaN)", false);
+  }
+  Value sums = reduce_sum(b, probs, {1});
+  check(b, b.compare(Cmp::LE, sums, b.constant(0, sums.type)), Value{},
+        "invalid multinomial distribution (sum of probabilities <= 0)", false);
+  Value logp = b.unary("log", probs);
   Rng rng(c);
   auto gumbel = [&](const Dims& dims) {
     Value u = rng.open_unit(ct, dims);  // (0, 1]: -log(u) >= 0

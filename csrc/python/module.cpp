@@ -4,6 +4,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "aten/compile_log.h"
+#include "aten/device_checks.h"
 #include "aten/errors.h"
 #include "aten/execution.h"
 #include "aten/fallback.h"
@@ -100,6 +101,13 @@ py::dict metrics_dict() {
   d["live_bytes"] = pjrt::Buffer::live_bytes();
   d["scalar_cache_entries"] = scalar_cache_entries();
   d["aot"] = aot_stats();
+  CheckCounts cc = check_counts();
+  py::dict checks;
+  checks["enabled"] = hlo::Builder::device_checks;
+  checks["pending"] = cc.pending;
+  checks["read"] = cc.read;
+  checks["failed"] = cc.failed;
+  d["device_checks"] = checks;
   return d;
 }
 

@@ -113,7 +113,9 @@ def metrics():
     transport of the c10d backend tpu_dist, its collectives and the bytes it staged to and from the host),
     ``aot`` (per deviceless target of ``TORCH_PJRT_AOT_TARGETS``: programs compiled, failed, found in the
     cache and pending; see :mod:`torch_pjrt.aot`), ``jax_ops`` (ops made by :func:`jax_op`, functions JAX
-    lowered in this process, lowerings read from the disk cache instead).
+    lowered in this process, lowerings read from the disk cache instead), ``device_checks`` (out-of-range
+    index and invalid value checks: ``enabled`` unless ``TORCH_PJRT_DEVICE_CHECKS=0``, codes ``pending``
+    until the next sync point, ``read`` and ``failed`` so far; docs/execution.md).
     """
     d = _C._metrics()
     d["distributed"] = _distributed.metrics()
