@@ -4,6 +4,7 @@
 // positions first in their original order, then a slice: no scan, no host loop.
 #include <ATen/ops/empty.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
 #include "aten/errors.h"
@@ -108,6 +109,19 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   return wrap_buffer(out[0], {k}, self.scalar_type());
 }
 
+// As the CPU kernel: the result may not overlap its inputs at all (assert_no_overlap), nor itself.
+at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(), "masked_select(): self and result must have the same scalar type");
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, mask);
+  at::Tensor r = masked_select(self, mask);
+  out.resize_(r.sizes());
+  out.copy_(r);
+  return out;
+}
+
 // Boolean (and uint8) masks among advanced indices become the long indices of their true elements, as
 // torch does before indexing; the rows then see only integer indices, whose shapes are static. Indices
 // on the CPU move to the device, as torch allows for accelerators.
@@ -174,6 +188,7 @@ void register_data_dependent_kernels(torch::Library& m) {
   m.impl("nonzero", nonzero);
   m.impl("nonzero.out", nonzero_out);
   m.impl("masked_select", masked_select);
+  m.impl("masked_select.out", masked_select_out);
   m.impl(kIndex, torch::CppFunction::makeFromBoxedFunction<&with_expanded_masks<kIndex>>());
   m.impl(kIndexPut, torch::CppFunction::makeFromBoxedFunction<&with_expanded_masks<kIndexPut>>());
   m.impl(kIndexPutInplace, torch::CppFunction::makeFromBoxedFunction<&with_expanded_masks<kIndexPutInplace>>());

@@ -2,9 +2,10 @@
 // advanced indexing (index.Tensor, index_put), take / put, masked_scatter, and the data-movement ops built from the
 // same pieces: constant_pad_nd, flip, roll, repeat, tril / triu, sort and topk; index_reduce and nonzero_static.
 //
-// Index tensors may be int64 or int32; negative indices wrap as in torch (i + size). Indices still out of
-// range after wrapping fail the op on the device (checked_index, helpers.h): the error is raised at the next
-// sync point with the CPU's words, and a failed scatter writes nothing.
+// Index tensors may be int64 or int32; negative indices wrap as in torch (i + size) for the ops that take
+// them (advanced indexing, take / put, index_fill). Indices out of range fail the op on the device
+// (checked_index, helpers.h): the error is raised at the next sync point with the CPU's words, and a
+// failed scatter writes nothing.
 // Boolean-mask indices have a data-dependent shape and fall back, except for index_put with a single
 // mask and a one-element value (x[mask] = v), which is a select.
 #include <limits>
@@ -42,15 +43,15 @@ Value wrap_index(Builder& b, Value idx, int64_t size, const IndexCheck& how) {
   return checked_index(b, idx, size, how);
 }
 
-// The CPU's words for an index out of range, by op family.
+// The CPU's words for an index out of range, by op family. These ops take no negative index.
 IndexCheck dim_check(int64_t dim, bool write) {  // gather, scatter and their reductions, index_add
   IndexCheck how;
-  how.dim = dim, how.index_error = false, how.write = write;
+  how.dim = dim, how.wrap = false, how.index_error = false, how.write = write;
   return how;
 }
-IndexCheck in_self(bool write, bool wrap = true) {  // index_select, index_reduce, embedding
+IndexCheck in_self(bool write) {  // index_select, index_reduce
   IndexCheck how;
-  how.wrap = wrap, how.write = write, how.message = "index out of range in self";
+  how.wrap = false, how.write = write, how.message = "index out of range in self";
   return how;
 }
 
@@ -765,7 +766,7 @@ const Rows rows = {
      }},
     {{"index_copy", "index_copy_", "index_copy.out"}, [](Ctx& c) {
        IndexCheck how;
-       how.prefix = "index_copy_(): ";
+       how.wrap = false, how.prefix = "index_copy_(): ";
        return one(index_row(c, c.t(3), "", how));
      }},
     {{"index_fill.int_Scalar", "index_fill_.int_Scalar", "index_fill.int_Scalar_out"}, [](Ctx& c) {

@@ -16,24 +16,12 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_pjrt
 
-# Documented in README "Known differences": index values are not range-checked on the device (a check
-# would need a sync), so these ops' out-of-range-index cases do not raise on "tpu".
-OUT_OF_RANGE_INDEX = re.compile(r"out of (range|bounds)|index .* is out of bounds|must be in range|"
-                                r"Expected .*index.* to be (smaller|in range)|"
-                                r"index_put_ with accumulate|greater than or equal to|num_classes", re.I)
-
-
 # Differences found by this test and not fixed yet (reported), by case id prefix: "tpu" accepts what the
-# CPU kernel refuses (checks that torch's meta kernels lack), or writes an out= that aliases an input in
-# full where the CPU refuses any overlap.
+# CPU kernel refuses (checks that torch's meta kernels lack). Index ranges and multinomial's probabilities
+# are checked on the device (tests/python/test_device_checks.py): those cases raise at the sync point.
 KNOWN = {
     "narrow_copy-1": "IndexError (meta) where the CPU raises RuntimeError",
     "narrow_copy-6": "a different message (meta) for a negative length",
-    # probabilities' values (the CPU checks them; here that would be a sync: README "Known differences")
-    **{f"multinomial-{i}": "probability values are not checked on the device" for i in range(7, 21)},
-    "kthvalue-0": "out= aliasing the input in full", "masked_select-1": "out= aliasing an input in full",
-    "masked_select-2": "out= aliasing an input in full", "take-1": "out= aliasing an input in full",
-    "cat-6": "out= aliasing an input in full", "cat-7": "out= aliasing an input in full",
 }
 
 
@@ -141,8 +129,6 @@ def test_error_input(case):
         # the case does not raise on the CPU either (it raises on other devices): "tpu" must not fail
         assert tpu_err is None, f"{name}: the CPU runs it, tpu raised {tpu_err!r}"
         return
-    if tpu_err is None and OUT_OF_RANGE_INDEX.search(str(cpu_err)):
-        pytest.xfail(f"indices are not range-checked on the device (README): {cpu_err}")
     assert tpu_err is not None, f"{name}: the CPU raised {cpu_err!r}, tpu raised nothing"
     assert isinstance(tpu_err, type(cpu_err)), f"{name}: cpu {cpu_err!r}\ntpu {tpu_err!r}"
     cpu_msg, tpu_msg = str(cpu_err).split("\n")[0], str(tpu_err)
