@@ -70,7 +70,8 @@ def main():
             continue
         on = statistics.median(r[key] for r in rates[True])
         off = statistics.median(r[key] for r in rates[False])
-        print(f"{key:28s} {on:10.1f}/s {off:10.1f}/s {on / off:8.3f}x")
+        rounds = " ".join(f"{a[key] / b[key]:.2f}" for a, b in zip(rates[True], rates[False]))
+        print(f"{key:28s} {on:10.1f}/s {off:10.1f}/s {on / off:8.3f}x   (per round: {rounds})")
     print("codes read per run with checks on:", [r["checks read"] for r in rates[True]],
           "off:", [r["checks read"] for r in rates[False]])
 

@@ -243,7 +243,11 @@ void flush_locked() {
   std::vector<PendingValue*> outs;
   for (const auto& p : s.pendings)
     if (p.use_count() > 1 && p->handle) outs.push_back(p.get());
-  if (outs.empty()) return;  // nothing it computes is observable (the generator was advanced at recording)
+  // Nothing it computes is observable (the generator was advanced at recording), unless an op checks values
+  // on the device: a bad index raises at the next sync point even where its result is never read.
+  bool checks = false;
+  for (const Op& op : s.ops) checks = checks || op.entry->checks;
+  if (outs.empty() && !checks) return;
   std::vector<int64_t>& key = s.key;
   key.push_back(-1);
   for (PendingValue* p : outs) key.push_back(p->value);

@@ -111,13 +111,19 @@ Value scatter_dim(Builder& b, Value self, int64_t dim, Value index, Value src, c
   return b.scatter(self, dim_coords(b, index, dim, self.dims()[dim], true), src, s, body_of(op));
 }
 
-// self.index_select(dim, index).
+// self.index_select(dim, index). The CPU kernel words a bad index by its path: a copy per row along dim 1
+// (of a tensor of 2 or more dims) raises a RuntimeError, the others an IndexError.
 Value index_select(Builder& b, Value x, int64_t dim, Value index) {
   const int64_t n = index.type.numel();
   Dims out = x.dims();
   out[dim] = n;
   if (numel(out) == 0) return b.constant(0, Type{x.elem(), out});
-  Value idx = b.reshape(wrap_index(b, index, x.dims()[dim], in_self(false)), {n, 1});
+  IndexCheck how = in_self(false);
+  if (dim == 1 && x.rank() > 1) {
+    how.index_error = false;
+    how.message = "INDICES element is out of DATA bounds, id={value} axis_dim=" + std::to_string(x.dims()[1]);
+  }
+  Value idx = b.reshape(wrap_index(b, index, x.dims()[dim], how), {n, 1});
   GatherDims g;
   for (int64_t i = 0; i < x.rank(); ++i)
     if (i != dim) g.offset_dims.push_back(i);
@@ -762,7 +768,11 @@ const Rows rows = {
          Value alpha = c.b.broadcast_to(operand(c, 4, c.out_type(), {}), src.dims());
          src = c.b.binary(c.out_type() == ElementType::kPred ? "and" : "multiply", src, alpha);
        }
-       return one(index_row(c, src, combiner("add", c.out_type()), dim_check(0, true)));
+       // the CPU kernel words a bad index by its path: a scatter_add along the first or last dim of a
+       // tensor of 2 or more dims, else a loop over slices, which words it as index_select does
+       const int64_t rank = c.t(0).rank(), dim = rank ? wrap_dim(c.i(1), rank) : 0;
+       const bool scatter_path = rank > 1 && (dim == 0 || dim == rank - 1);
+       return one(index_row(c, src, combiner("add", c.out_type()), scatter_path ? dim_check(0, true) : in_self(true)));
      }},
     {{"index_copy", "index_copy_", "index_copy.out"}, [](Ctx& c) {
        IndexCheck how;

@@ -26,7 +26,11 @@ hypothesis to a minimal program and printed as a runnable snippet (``replay(...)
 Excluded by construction, as documented in README "Known differences":
 - subnormal floats: a program whose CPU run produces a subnormal value anywhere is discarded (XLA flushes
   them to zero in arithmetic);
-- out-of-range indices: every generated index is in range (the device does not check them);
+- out-of-range indices outside ``op_bad_value``: there, an op given a bad index (or multinomial invalid
+  probabilities, in eager or through ``compiled(fn, ...)``: torch.compile(backend="tpu") on "tpu") is followed
+  by ``sync(dev)``; the CPU raises at the op, "tpu" at that sync (a device-side check), with the same exception
+  type, and the tensor a failed write targets (marked ``# checked: name``) keeps its values (its version
+  counter counts the write on "tpu", where the CPU raised before counting it);
 - integer division by zero: integer ``remainder``/``floor_divide`` only divide by positive constants.
 Also excluded because the CPU itself is not deterministic there: writes through views whose elements
 overlap partially with another input of the same op, in-place writes into self-overlapping views other
@@ -57,6 +61,7 @@ import argparse
 import math
 import sys
 import time
+import types
 import warnings
 
 import torch
@@ -104,8 +109,37 @@ def _compiled(code):
 
 
 def split_marker(line):
+    """A line's code and the names its ``# inexact: names`` marker lists."""
     code, _, mark = line.partition("  # inexact: ")
+    code, _, checked = code.partition("  # checked: ")
     return code, [n for n in mark.split(",") if n]
+
+
+def checked_names(line):
+    """The tensors a line marked ``# checked: names`` writes with an op that fails a device-side check."""
+    _, _, checked = line.partition("  # checked: ")
+    return [n for n in checked.partition("  # inexact: ")[0].split(",") if n]
+
+
+def _sync(device):
+    """sync(dev): a sync point on "tpu", nothing on the CPU."""
+    return (lambda dev: None) if device == "cpu" else (lambda dev: torch.tpu.synchronize(dev))
+
+
+_COMPILED_GLOBALS = {}  # the globals of every compiled lambda: Dynamo adds names there for its cached code
+
+
+def _compiled_call(device):
+    """compiled(fn, *args): fn(*args) on the CPU; on "tpu" through torch.compile(backend="tpu"). The lambda's
+    code object is shared by every run of its line (_compiled), and so is the code Dynamo makes of it, which
+    reads globals Dynamo installs: the lambda runs with one globals dict for all runs."""
+    def call(fn, *args):
+        if device == "cpu":
+            return fn(*args)
+        _COMPILED_GLOBALS.update(__builtins__=__builtins__, torch=torch, index=index, dev=device)
+        fn = types.FunctionType(fn.__code__, _COMPILED_GLOBALS, fn.__name__, fn.__defaults__, fn.__closure__)
+        return torch.compile(fn, backend="tpu", fullgraph=True)(*args)
+    return call
 
 
 def storage_key(t):
@@ -116,9 +150,11 @@ class Executor:
     """Runs program lines one by one in a namespace on one device, recording exceptions."""
 
     def __init__(self, device):
-        self.ns = {"torch": torch, "make": make, "index": index, "dev": device}
+        self.ns = {"torch": torch, "make": make, "index": index, "dev": device, "sync": _sync(device),
+                   "compiled": _compiled_call(device)}
         self.errors = []  # (line number, exception type name)
         self.inexact = set()  # storage keys holding values of inexact ops
+        self.checked = set()  # storage keys written by an op whose device-side check failed (op_bad_value)
         self.lines = []
 
     def names(self):
@@ -132,8 +168,14 @@ class Executor:
                 warnings.simplefilter("ignore")
                 exec(_compiled(code), self.ns)
         except Exception as e:  # noqa: BLE001 - any exception is an outcome to compare
-            self.errors.append((len(self.lines) - 1, type(e).__name__, str(e).split("\n")[0][:200]))
+            at = len(self.lines) - 1
+            if code == "sync(dev)" and "device-side check" in str(e) and at > 0:
+                at -= 1  # raised at the sync point for the op before it (op_bad_value): the CPU raised at the op
+            self.errors.append((at, type(e).__name__, str(e).split("\n")[0][:200]))
             return False
+        for n in checked_names(line):
+            if n in self.ns:
+                self.checked.add(storage_key(self.ns[n]))
         for n in marks:
             if n in self.ns:
                 self.inexact.add(storage_key(self.ns[n]))
@@ -205,6 +247,10 @@ def compare(cpu, tpu, scale):
                   c.is_contiguous(), c._version)
         meta_t = (t.dtype, tuple(t.shape), _strides(t), _offset(t), t.untyped_storage().nbytes(),
                   t.is_contiguous(), t._version)
+        if storage_key(t) in tpu.checked and t._version > c._version:
+            # an in-place op that failed its device-side check ran (it wrote nothing) and counted as a write,
+            # where the CPU raised before counting it (README "Known differences")
+            meta_t = meta_t[:-1] + (c._version,)
         if t.device.type != "tpu":
             diffs.append(f"{n}: on {t.device}, not tpu")
             continue
@@ -272,7 +318,9 @@ def minimize(lines, diffs):
     while changed:
         changed = False
         for i in reversed(range(len(lines))):
-            cand = lines[:i] + lines[i + 1:]
+            if i >= len(lines) or lines[i] == "sync(dev)":
+                continue  # a sync point goes with the op before it (op_bad_value)
+            cand = lines[:i] + lines[i + 1 + (i + 1 < len(lines) and lines[i + 1] == "sync(dev)"):]
             d = differences(cand)
             if d:
                 lines, diffs, changed = cand, d, True
@@ -827,8 +875,66 @@ class Gen:
         self.emit(f"{expr[:-1]}, out={dst})", writes=[dst], inputs=ins, inexact=inexact)
 
 
+    # ------------------------------------------------------------------ device-side checks
+    def op_bad_value(self):
+        """An op given an out-of-range index (or multinomial invalid probabilities), then a sync point. The
+        CPU raises at the op; "tpu" raises the same exception type at the sync (a device-side check), and a
+        failed write changes nothing. A third of them run through torch.compile(backend="tpu") on "tpu"."""
+        if self.coin(0.15):
+            probs = self.choice([[0.5, -0.1, 0.6], [0.0, 0.0, 0.0], [0.2, float("nan"), 0.3],
+                                 [0.2, float("inf"), 0.3], [[0.1, 0.9], [0.0, 0.0]]])
+            self.emit(f"torch.multinomial(torch.tensor({probs}, device=dev), {self.int(1, 2)}, {self.coin()})")
+            self.emit("sync(dev)")
+            return
+        x = self.pick(lambda t: 1 <= t.dim() and t.numel() > 0 and t.dtype != torch.bool)
+        if x is None:
+            return
+        t = self.t(x)
+        d = self.int(0, t.dim() - 1)
+        op = self.choice(["index_select", "getitem", "gather", "take", "index_copy_", "index_put_", "index_fill_",
+                          "scatter_", "index_add_"])
+        wraps = op in ("getitem", "take", "index_put_", "index_fill_")  # the ops that take negative indices
+        if op == "index_put_":
+            d = 0
+        n = t.numel() if op == "take" else t.shape[d]
+        bad = self.choice([n + self.int(0, 2), -n - 1 - self.int(0, 2)] + ([] if wraps else [-1 - self.int(0, n - 1)]))
+        writes = op.endswith("_")
+        if writes and (_self_overlaps(t) or not t.is_contiguous() and self.coin(0.5)):
+            return
+        # reads: some valid indices around the bad one; writes: the bad one alone (the CPU kernels write the
+        # entries before a bad one, then raise; "tpu" writes nothing)
+        idx = [bad] if writes else [self.int(0, n - 1) for _ in range(self.int(0, 2))] + [bad]
+        lead = ":, " * d
+        src = None
+        if op in ("index_copy_", "index_add_"):
+            shape = list(t.shape)
+            shape[d] = 1
+            src = self.op_input(tuple(shape), t.dtype)
+        exprs = {  # the call on tensors named a (and b: the source)
+            "index_select": "{a}.index_select(%d, index(%s, dev))" % (d, idx),
+            "getitem": "{a}[%sindex(%s, dev)]" % (lead, idx),
+            "take": "{a}.take(index(%s, dev))" % (idx,),
+            "gather": "torch.gather({a}, %d, index(%s, dev).view(%s))" % (
+                d, idx, _shape_src([len(idx) if k == d else 1 for k in range(t.dim())])),
+            "scatter_": "{a}.scatter_(%d, index(%s, dev).view(%s), 1)" % (d, idx, _shape_src([1] * t.dim())),
+            "index_fill_": "{a}.index_fill_(%d, index(%s, dev), 1)" % (d, idx),
+            "index_put_": "{a}.index_put_((index(%s, dev),), torch.ones((), dtype={a}.dtype, device=dev))" % (idx,),
+            "index_copy_": "{a}.index_copy_(%d, index(%s, dev), {b})" % (d, idx),
+            "index_add_": "{a}.index_add_(%d, index(%s, dev), {b})" % (d, idx),
+        }
+        operands = [x] + ([src] if src else [])
+        mark = f"  # checked: {x}" if writes else ""
+        if self.coin(1 / 3):
+            params = "a, b" if src else "a"
+            line = f"compiled(lambda {params}: {exprs[op].format(a='a', b='b')}, {', '.join(operands)})"
+        else:
+            line = exprs[op].format(a=x, b=src)
+        self.emit(line + mark, writes=[x] if writes else [], inputs=operands)
+        self.emit("sync(dev)")
+
+
 OPS = [("op_input", 1), ("op_view", 5), ("op_unary", 3), ("op_binary", 4), ("op_reduce", 2), ("op_matmul", 1),
-       ("op_cat", 1), ("op_index", 2), ("op_inplace", 5), ("op_meta", 1), ("op_out", 2)]
+       ("op_cat", 1), ("op_index", 2), ("op_inplace", 5), ("op_meta", 1), ("op_out", 2), ("op_bad_value", 1)]
 _WEIGHTED = [name for name, w in OPS for _ in range(w)]
 
 
@@ -860,7 +966,7 @@ def run(cases=200, seed=0, max_ops=12, verbose=False, out=sys.stdout, keep_going
 
     import torch_pjrt  # noqa: F401
 
-    stats = {"programs": 0, "lines": 0, "rejected": 0, "cpu_exceptions": 0, "shrink_runs": 0}
+    stats = {"programs": 0, "lines": 0, "rejected": 0, "cpu_exceptions": 0, "shrink_runs": 0, "bad_value_ops": 0}
     failure = {}
 
     @hseed(seed)
@@ -883,6 +989,7 @@ def run(cases=200, seed=0, max_ops=12, verbose=False, out=sys.stdout, keep_going
             stats["programs"] += 1
             stats["lines"] += len(lines)
             stats["cpu_exceptions"] += len(cpu.errors)
+            stats["bad_value_ops"] += sum(line == "sync(dev)" for line in lines)  # op_bad_value's
             if verbose and stats["programs"] % 100 == 0:
                 print(f"  {stats['programs']} programs", file=out, flush=True)
         if diffs and keep_going:
@@ -922,7 +1029,8 @@ def main(argv=None):
     stats, snip, diffs = run(args.cases, args.seed, args.max_ops, args.verbose, keep_going=args.keep_going)
     m = torch_pjrt.metrics()
     print(f"{stats['programs']} programs ({stats['lines']} lines, {stats['cpu_exceptions']} raising on both "
-          f"devices, {stats['rejected']} discarded) with seed {args.seed} in {stats['seconds']} s; "
+          f"devices, {stats['bad_value_ops']} of them bad indices or values checked on the device, "
+          f"{stats['rejected']} discarded) with seed {args.seed} in {stats['seconds']} s; "
           f"compiles {m['compiles']}, disk cache hits {m['disk_cache_hits']}")
     if snip:
         print(f"\nMISMATCH (shrunk in {stats['shrink_runs']} runs):\n" + "\n".join(diffs) + "\n\n" + snip)

@@ -17,6 +17,45 @@ def test_fixed_budget_has_no_mismatch(fallback_policy):
     print(stats)
     assert snip is None, "\n".join(diffs) + "\n\n" + snip
     assert stats["programs"] >= CASES
+    assert stats["bad_value_ops"] >= 50, stats  # op_bad_value: out-of-range indices, invalid probabilities
+
+
+BAD_VALUES = [  # op_bad_value's lines: a bad index in eager, in a compiled call, a failed write; then sync points
+    "t0 = make((4, 3,), torch.float32, 1, dev)",
+    "t1 = make((1, 3,), torch.float32, 2, dev)",
+    "t0.index_copy_(0, index([4], dev), t1)  # checked: t0",
+    "sync(dev)",
+    "compiled(lambda a: a.index_select(1, index([0, -1], dev)), t0)",
+    "sync(dev)",
+    "compiled(lambda a, b: a.index_add_(0, index([-5], dev), b), t0, t1)  # checked: t0",
+    "sync(dev)",
+    "torch.multinomial(torch.tensor([0.2, float('nan'), 0.3], device=dev), 2, True)",
+    "sync(dev)",
+    "t2 = t0.take(index([11, -12], dev))",
+]
+
+
+def test_bad_values_raise_at_the_sync_as_the_cpu_raises_at_the_op():
+    cpu = fuzz.run_lines(BAD_VALUES, "cpu")
+    assert [(line, kind) for line, kind, _ in cpu.errors] == [
+        (2, "IndexError"), (4, "RuntimeError"), (6, "RuntimeError"), (8, "RuntimeError")], cpu.errors
+    tpu = fuzz.run_lines(BAD_VALUES, "tpu")
+    assert [(line, kind) for line, kind, _ in tpu.errors] == [
+        (line, kind) for line, kind, _ in cpu.errors], tpu.errors  # raised at the sync, counted at the op
+    assert fuzz.compare(cpu, tpu, 1.0) == []
+    assert torch.equal(tpu.ns["t0"].cpu(), cpu.ns["t0"])  # the failed writes wrote nothing
+
+
+def test_bad_values_without_device_checks_are_mismatches():
+    """The comparison can fail: with the checks off, "tpu" raises nothing where the CPU raises."""
+    import subprocess
+    import sys
+    code = ("import torch_pjrt.fuzz as f\n"
+            f"print(len(f.differences({BAD_VALUES!r})))\n")
+    env = dict(__import__("os").environ, TORCH_PJRT_DEVICE_CHECKS="0")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) >= 1, r.stdout
 
 
 def test_replay_reports_a_difference():
