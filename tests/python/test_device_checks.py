@@ -91,8 +91,8 @@ def test_strict_raises_at_the_sync(name):
     cpu_err = _cpu_error(fn, x, torch.tensor(bad))
     xt = x.to("tpu")
     out = fn(xt, torch.tensor(bad, device="tpu"))  # returns: the check is read at the next sync point
-    before = torch_pjrt.metrics()["device_checks"]
-    assert before["pending"] >= 1
+    if torch_pjrt.get_eager_mode() == "strict":  # (fused eager: the op runs with its stream, at the sync)
+        assert torch_pjrt.metrics()["device_checks"]["pending"] >= 1
     with pytest.raises(Exception) as info:
         out.cpu()
     _same_error(cpu_err, info.value, "nll_loss" if name == "cross_entropy" else name)  # the op that checks
