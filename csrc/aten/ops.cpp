@@ -158,6 +158,24 @@ at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) 
   return torch_pjrt::_copy_from(self, dst, false);  // (at::_copy_from is visible too)
 }
 
+// narrow_copy with the CPU kernel's checks and words (torch's composite narrows first, whose checks word
+// a bad dim or a negative length differently), then a copy of the narrowed view.
+at::Tensor narrow_copy(const at::Tensor& self, int64_t dim, c10::SymInt start_s, c10::SymInt length_s) {
+  TORCH_CHECK(self.dim() > 0, "narrow() cannot be applied to a 0-dim tensor.");
+  const int64_t rank = self.dim();
+  if (dim < 0) dim = at::maybe_wrap_dim(dim, rank);
+  TORCH_CHECK(dim < rank, "narrow_copy(): dim ", dim, " is out of range for a tensor of ", rank, " dims (sizes ",
+              self.sizes(), ", ", self.scalar_type(), ")");
+  int64_t start = start_s.expect_int(), length = length_s.expect_int();
+  const int64_t cur_size = self.size(dim);
+  TORCH_CHECK_INDEX(-cur_size <= start && start <= cur_size, "start out of range (expected to be in range of [",
+                    -cur_size, ", ", cur_size, "], but got ", start, ")");
+  if (start < 0) start += cur_size;
+  TORCH_CHECK(length >= 0 && start <= cur_size - length, "start (", start, ") + length (", length,
+              ") exceeds dimension size (", cur_size, ").");
+  return self.narrow(dim, start, length).clone(at::MemoryFormat::Contiguous);
+}
+
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
   return download(self).item();
@@ -683,6 +701,7 @@ void register_aten_kernels() {
   m.impl("_copy_from", _copy_from);
   m.impl("_copy_from_and_resize", _copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("narrow_copy", narrow_copy);
   m.impl("_fused_sdp_choice", fused_sdp_choice);
   at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(fused_sdp_choice);  // what sdpa consults
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);

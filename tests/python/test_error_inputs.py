@@ -16,13 +16,10 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_pjrt
 
-# Differences found by this test and not fixed yet (reported), by case id prefix: "tpu" accepts what the
-# CPU kernel refuses (checks that torch's meta kernels lack). Index ranges and multinomial's probabilities
-# are checked on the device (tests/python/test_device_checks.py): those cases raise at the sync point.
-KNOWN = {
-    "narrow_copy-1": "IndexError (meta) where the CPU raises RuntimeError",
-    "narrow_copy-6": "a different message (meta) for a negative length",
-}
+# Differences found by this test and not fixed yet (reported), by case id prefix. None now: index ranges and
+# multinomial's probabilities are checked on the device (tests/python/test_device_checks.py), so those
+# cases raise at the sync point.
+KNOWN = {}
 
 
 def _tensors(x):
