@@ -357,6 +357,38 @@ TEST(per_variant_keeps_one_text_per_variant) {
   }
 }
 
+// A device-side check made inside per_variant (each variant computes its own code) is one check after it,
+// its code bound to one name in both variants: both variants' programs return it, with the same value.
+TEST(per_variant_keeps_the_checks_both_variants_make) {
+  const ElementType f32 = ElementType::kF32, s64 = ElementType::kS64;
+  const bool saved = Builder::two_variants;
+  Builder::two_variants = true;
+  Program p;
+  Value x = p.arg(f32, {4});
+  Value y = p.b.per_variant([&] {
+    const bool first = hlo::lowering_variant() == 0;
+    if (first) hlo::note_variant_choice();
+    Value head = p.b.slice(x, {0}, {2}, {1});
+    Value code = p.b.convert(first ? head : p.b.binary("add", head, p.b.constant(0, Type{f32, {2}})), s64);
+    p.b.add_check({code, "index {value} is out of range", true});
+    return std::vector<Value>{first ? p.b.unary("negate", x)
+                                    : p.b.binary("subtract", p.b.constant(0, Type{f32, {4}}), x)};
+  })[0];
+  Builder::two_variants = saved;
+  CHECK(p.b.checks().size() == 1 && p.b.checks()[0].message == "index {value} is out of range");
+  p.b.ret({y, p.b.checks()[0].code});
+  const float host[4] = {3, -2, 5, 0.5f};
+  auto& c = test_client();
+  for (int variant : {0, 1}) {
+    auto exe = c.compile(p.b.module_text("m", variant), p.in, {{f32, {4}}, {s64, {2}}});
+    auto in = c.from_host(host, f32, {4}, 0);
+    auto out = exe->execute(0, {in.get()}, "test");
+    std::vector<int64_t> code = read<int64_t>(out[1]);
+    CHECK(code[0] == 3 && code[1] == -2);
+    CHECK(read<float>(out[0])[2] == -5);
+  }
+}
+
 // A lowering that fails for the targets leaves this device's program as it is, and says why.
 TEST(per_variant_failing_for_the_targets_keeps_the_device_program) {
   const ElementType f32 = ElementType::kF32;
