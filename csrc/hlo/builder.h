@@ -86,8 +86,9 @@ class Builder {
   // Device-side checks (aten/device_checks.h): a lowering that can meet an invalid value (an index out of
   // range) adds a check. `code` is an s64[2]: {1 + the flat position of the first offending element, or 0
   // when none offends; that element's value}. `message` is what the CPU would raise, with "{value}" standing
-  // for that value; an IndexError where `index_error`, else a RuntimeError. The program's maker returns the
-  // codes with its results (one s64[2 * n] output) and the runtime reads them at the next sync point.
+  // for that value and "{position}" for its flat position; an IndexError where `index_error`, else a
+  // RuntimeError. The program's maker returns the codes with its results (one s64[2 * n] output) and the
+  // runtime reads them at the next sync point.
   // Checks are made at the function's top level only (a value inside a region cannot be returned).
   struct Check {
     Value code;

@@ -59,7 +59,8 @@ inline Value scalar_like(Builder& b, double v, const Value& like) { return b.con
 // ------------------------------------------------------------------------------ device-side checks
 // A check (hlo::Builder::add_check) of `bad` (pred, any shape): where some element holds, the op failed
 // with `message` ("{value}": the matching element of `values`, an integer tensor of bad's shape, or invalid
-// for none). Returns a 0-d pred, true where the check failed, or an invalid Value when checks are off.
+// for none; "{position}": its flat position). Returns a 0-d pred, true where the check failed, or an invalid
+// Value when checks are off (or inside a region).
 Value check(Builder& b, Value bad, Value values, const std::string& message, bool index_error);
 // How an index tensor's range is checked (checked_index).
 struct IndexCheck {
