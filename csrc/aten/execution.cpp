@@ -10,6 +10,7 @@
 #include "aten/device_checks.h"
 #include "aten/errors.h"
 #include "aten/fused.h"
+#include "aten/profiler.h"
 #include "aten/storage.h"
 
 namespace torch_pjrt {
@@ -132,6 +133,7 @@ const char* intern_label(const std::string& label) {
 }
 
 void synchronize(int device) {
+  ProfileSpan span("tpu.synchronize", "");
   fused::flush();  // a sync point of fused eager
   std::shared_ptr<const DeferredError> failed;
   {

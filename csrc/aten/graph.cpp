@@ -10,6 +10,7 @@
 #include "aten/errors.h"
 #include "aten/execution.h"
 #include "aten/generator.h"
+#include "aten/profiler.h"
 #include "aten/program.h"
 #include "aten/row_args.h"
 #include "aten/storage.h"
@@ -327,6 +328,7 @@ std::shared_ptr<GraphProgram> GraphBuilder::compile(const std::vector<int>& ids,
   p->inputs_ = inputs_;
   p->num_tensor_inputs_ = num_tensor_inputs_;
   pjrt::Served local;
+  ProfileSpan span("tpu.compile", name_);
   const std::string module = b_.module_text(name_);
   p->exe_ = session_or_throw().programs().get(module, in_specs, out_specs, served ? served : &local);
   if (aot_active()) {

@@ -41,6 +41,7 @@
 #include "aten/device_checks.h"
 #include "aten/errors.h"
 #include "aten/fallback.h"
+#include "aten/profiler.h"
 #include "aten/program.h"
 #include "aten/storage.h"
 #include "aten/table_kernel.h"
@@ -49,6 +50,7 @@
 namespace torch_pjrt {
 
 at::Tensor download(const at::Tensor& t) {
+  ProfileSpan span("tpu.sync_point", "copy to the host");  // .cpu(), .item(), printing
   raise_if_poisoned(handle_of(t));
   check_view_in_storage(t, "copy to the host");
   at::Tensor out = at::empty(t.sizes(), t.options().device(c10::kCPU).memory_format(c10::MemoryFormat::Contiguous));

@@ -1,6 +1,7 @@
 // TableKernel's launch (table_kernel_class.h): an entry's program is compiled at its first launch, then each
 // call locks its storages, gathers its arguments, runs, and sinks its results.
 #include "aten/aot.h"
+#include "aten/profiler.h"
 #include "aten/table_kernel_class.h"
 
 namespace torch_pjrt {
@@ -11,6 +12,7 @@ namespace table_kernel {
 bool TableKernel::compile_entry(Entry& entry) {
   std::call_once(entry.compile_once, [&] {
     Lowered& l = entry.lowered;
+    ProfileSpan span("tpu.compile", name_ + "(" + entry.signature + ")");
     pjrt::Served served;
     try {
       entry.exe = session_or_throw().programs().get(l.module, l.in_specs, l.out_specs, &served);
