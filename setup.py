@@ -1,23 +1,44 @@
-"""Builds torch_pjrt._C with CMake (Ninja, ccache when present) against the installed torch.
+"""Builds torch_pjrt's extension with CMake (Ninja, ccache when present) against the installed torch.
 
 Install with build isolation off, so that the build sees the torch you run with:
     pip install --no-build-isolation .
+
+The extension is named for the torch minor it is built for (torch_pjrt/_C_torch2_13.*.so); the package
+loads the one matching the torch it runs with. TORCH_PJRT_PREBUILT=folder adds the extensions found there
+(_C_torch*.so, built against other torch minors) to the wheel: scripts/build-wheel.sh makes one wheel for
+several torch versions that way. The wheel requires a torch of the minors it holds.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import torch
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+TAG = re.compile(r"_C_torch(\d+)_(\d+)\.")
+
+
+def torch_minor_tag(version):
+    major, minor = version.split("+")[0].split(".")[:2]
+    return f"{major}_{minor}"
 
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
+        target = Path(self.get_ext_fullpath(ext.name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        prebuilt = getattr(ext, "prebuilt", None)
+        if prebuilt is None:
+            prebuilt = self.cmake_build(ext.name.rsplit(".", 1)[1])
+        shutil.copy2(prebuilt, target)
+
+    def cmake_build(self, name):
         build_dir = Path(os.environ.get("TORCH_PJRT_BUILD_DIR", ROOT / "build"))
         build_dir.mkdir(parents=True, exist_ok=True)
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
@@ -28,13 +49,32 @@ class CMakeBuild(build_ext):
         )
         jobs = os.environ.get("MAX_JOBS", str(os.cpu_count() or 2))
         subprocess.check_call(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
-        built = next(build_dir.glob("_C*.so"))
-        target = Path(self.get_ext_fullpath(ext.name))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(built, target)
+        return next(build_dir.glob(f"{name}.*so"))
 
 
+def extensions():
+    """This torch's extension, built here, and the prebuilt ones for other torch minors."""
+    own = torch_minor_tag(torch.__version__)
+    exts = {own: Extension(f"torch_pjrt._C_torch{own}", sources=[])}
+    folder = os.environ.get("TORCH_PJRT_PREBUILT")
+    if folder:
+        for path in sorted(Path(folder).glob("_C_torch*.so")):
+            tag = "_".join(TAG.match(path.name).groups())
+            ext = Extension(f"torch_pjrt._C_torch{tag}", sources=[])
+            ext.prebuilt = path
+            exts[tag] = ext
+    return exts
+
+
+def torch_requirement(tags):
+    minors = sorted(tuple(map(int, t.split("_"))) for t in tags)
+    (lo_major, lo_minor), (hi_major, hi_minor) = minors[0], minors[-1]
+    return f"torch>={lo_major}.{lo_minor},<{hi_major}.{hi_minor + 1}"
+
+
+exts = extensions()
 setup(
-    ext_modules=[Extension("torch_pjrt._C", sources=[])],
+    ext_modules=list(exts.values()),
     cmdclass={"build_ext": CMakeBuild},
+    install_requires=[torch_requirement(exts)],
 )

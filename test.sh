@@ -6,6 +6,17 @@ root=$(cd "$(dirname "$0")" && pwd)
 cd "$root"
 echo "== C++ tests (pjrt, hlo) =="
 ctest --test-dir build --output-on-failure
+echo "== The wheel: built for this torch, installed in a clean venv with only CPU torch and [cpu], smoke-tested =="
+# scripts/build-wheel.sh --here packs the extension just built (build/) into a manylinux wheel in dist/.
+"$root/scripts/build-wheel.sh" --here
+wheel=$(ls "$root"/dist/torch_pjrt-*.whl)
+clean=$(mktemp -d)
+python3 -m venv "$clean/venv"
+torch_version=$("$root/.venv/bin/python" -c "import torch; print(torch.__version__.split('+')[0])")
+"$clean/venv/bin/python" -m pip install -q --disable-pip-version-check "torch==$torch_version" "$wheel[cpu]"
+(cd "$clean" && TORCH_PJRT_CPU_THREADS=1 "$clean/venv/bin/python" "$root/tests/wheel/smoke.py")
+rm -rf "$clean"
+
 echo "== Python tests =="
 # Run from outside the source tree so the installed package is what gets tested. Two workers, a file
 # each at a time (most time goes to single-threaded plugin compiles); TORCH_PJRT_TEST_WORKERS=0 runs serially.

@@ -11,7 +11,7 @@
 # Stacks are taken by LSan's fast (frame-pointer) unwinder: the slow DWARF unwinder is far too slow for
 # the millions of allocations of `import torch` and hung in our tries. CPython, torch and the PJRT plugin
 # have no frame pointers, so a stack stops at their first frame; a stack that reaches our extension shows
-# its frames (_C.so, torch_pjrt::), since _C is built with them. scripts/lsan.supp suppresses what is
+# its frames (_C_torch*.so, torch_pjrt::), since _C is built with them. scripts/lsan.supp suppresses what is
 # CPython's, torch's and the plugin's own (objects alive at exit by design); the summary at the end
 # counts the leak reports left and which of them have a frame in our extension: those are the ones to
 # read (a leak of ours, or the runtime's own reached through our calls; each is printed whole).

@@ -44,7 +44,51 @@ def _claim_privateuse1():
 
 _claim_privateuse1()
 
-from . import _C  # noqa: E402  (kernels register for PrivateUse1 on import)
+
+
+def _extensions():
+    """{torch minor: path} of the extensions this install holds (``_C_torch2_13.*.so``; a wheel holds one
+    per torch minor it supports, a source build the one for the torch it was built against)."""
+    import importlib.machinery
+    import re
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = {}
+    for name in os.listdir(here):
+        m = re.fullmatch(r"_C_torch(\d+)_(\d+)(\..+)", name)
+        if m and m.group(3) in importlib.machinery.EXTENSION_SUFFIXES:
+            built[f"{m.group(1)}.{m.group(2)}"] = os.path.join(here, name)
+    return dict(sorted(built.items(), key=lambda kv: tuple(map(int, kv[0].split(".")))))
+
+
+def _load_extension():
+    """Loads the extension built for this torch's minor as ``torch_pjrt._C``, or raises an ImportError naming
+    the torch versions this install supports."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = _extensions()
+    minor = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    if minor not in built:
+        have = list(built)
+        supported = (f"it supports torch {', '.join(have)}: install one of those (e.g. pip install "
+                     f"torch=={have[-1]}.*)") if have else f"{here} holds no built extension"
+        raise ImportError(
+            f"torch_pjrt {__version__} has no extension for torch {torch.__version__}: {supported}, or build "
+            f"torch_pjrt from source against this torch (pip install --no-build-isolation .)."
+        )
+    spec = importlib.util.spec_from_file_location(f"{__name__}._C", built[minor])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
+    return module
+
+
+_C = _load_extension()  # kernels register for PrivateUse1 on import
 
 
 def _drain_at_exit():

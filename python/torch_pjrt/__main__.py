@@ -5,11 +5,15 @@ import sys
 
 
 def info() -> int:
+    import os
+
     import torch
     import torch_pjrt
 
     p = torch_pjrt.plugin_info()
     print(f"torch_pjrt {torch_pjrt.__version__}, torch {torch.__version__}")
+    print(f"extensions:       for torch {', '.join(torch_pjrt._extensions())}; loaded "
+          f"{os.path.basename(torch_pjrt._C.__file__)}")
     if not p["available"]:
         print(f"no PJRT plugin available: {p['reason']}")
         return 1
