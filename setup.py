@@ -16,8 +16,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
 from setuptools import Extension, setup
+
+try:
+    import torch
+except ImportError as e:  # an isolated build environment (pip without --no-build-isolation, python -m build)
+    raise SystemExit(
+        "torch_pjrt builds its extension against the torch it will run with, and this environment has none. "
+        "Install torch first, then build without isolation: pip install --no-build-isolation . "
+        "(or python -m build --wheel --no-isolation), or use scripts/build-wheel.sh."
+    ) from e
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent

@@ -25,7 +25,8 @@ cd tests/python
 set -- --timeout "${TORCH_PJRT_TEST_TIMEOUT:-1200}" "$@"
 workers=${TORCH_PJRT_TEST_WORKERS:-2}
 if [ "$workers" -gt 0 ]; then set -- -n "$workers" --dist loadfile "$@"; fi
-../../.venv/bin/python -m pytest -q -p no:cacheprovider "$@" .
+# --durations: the slowest tests, for keeping the run inside CI's budget.
+../../.venv/bin/python -m pytest -q -p no:cacheprovider --durations=20 "$@" .
 
 echo "== Python tests under fused eager (TORCH_PJRT_EAGER=fused) =="
 # The same suite with ops recorded into streams, each stream run as one program. A process per test file:
