@@ -29,14 +29,11 @@ def check_device():
     assert torch.tpu.is_available() and torch.tpu.device_count() >= 1
     x = torch.ones(2, 3, device="tpu")
     assert x.device.type == "tpu" and str(x.device) == "tpu:0", x.device
-    print(f"device: {torch.tpu.get_device_name()} ({torch_pjrt_info()})")
-
-
-def torch_pjrt_info():
     import torch_pjrt
 
     info = torch_pjrt.plugin_info()
-    return info.get("platform", info) if isinstance(info, dict) else info
+    assert info["available"] and info["kind"] == "cpu", info  # the [cpu] extra's plugin
+    print(f"device: {torch.tpu.get_device_name()}, plugin {info['path']}")
 
 
 def check_ops():
