@@ -18,8 +18,7 @@ dist=${DIST:-$root/dist}
 pip_q() { "$1" -m pip install -q --disable-pip-version-check "${@:2}"; }
 
 if [ "${1:-}" = "--here" ]; then
-  py=$root/.venv/bin/python
-  pack_py=$py
+  pack_py=$root/.venv/bin/python
   prebuilt=""
 else
   versions=("$@")

@@ -45,7 +45,6 @@ def _claim_privateuse1():
 _claim_privateuse1()
 
 
-
 def _extensions():
     """{torch minor: path} of the extensions this install holds (``_C_torch2_13.*.so``; a wheel holds one
     per torch minor it supports, a source build the one for the torch it was built against)."""
