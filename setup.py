@@ -38,6 +38,15 @@ def torch_minor_tag(version):
 
 
 class CMakeBuild(build_ext):
+    def run(self):
+        # setuptools' staging folder (build/lib.*) outlives a build: an extension staged by an earlier build for
+        # another set of torch minors would go into this wheel too, so only this build's extensions stay.
+        keep = {Path(self.get_ext_fullpath(ext.name)).name for ext in self.extensions}
+        for stale in Path(self.build_lib, "torch_pjrt").glob("_C_torch*"):
+            if stale.name not in keep:
+                stale.unlink()
+        super().run()
+
     def build_extension(self, ext):
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
