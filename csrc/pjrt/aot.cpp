@@ -299,6 +299,10 @@ void Aot::compile(Target& t, const Job& job) {
     error = e.what();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // A compile this slow costs CI minutes (one of XLA's GPU tiling searches has taken over 6): name the program.
+  if (seconds > 60)
+    std::fprintf(stderr, "torch_pjrt AOT %s: %.0f s to compile %s\n", t.stats.target.c_str(), seconds,
+                 job.program.c_str());
   if (error.empty() && !file.empty()) {
     const std::string tmp = file + "." + std::to_string(getpid()) + ".tmp";
     std::ofstream out(tmp, std::ios::binary);
