@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 try:
     import torch
@@ -26,7 +27,6 @@ except ImportError as e:  # an isolated build environment (pip without --no-buil
         "Install torch first, then build without isolation: pip install --no-build-isolation . "
         "(or python -m build --wheel --no-isolation), or use scripts/build-wheel.sh."
     ) from e
-from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 TAG = re.compile(r"_C_torch(\d+)_(\d+)\.")
