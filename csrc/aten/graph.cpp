@@ -217,12 +217,24 @@ std::vector<int> GraphBuilder::apply(const std::string& overload, const torch::j
   return ids;
 }
 
+lowering::ViewForm GraphBuilder::view_form(pjrt::ElementType elem, const std::vector<int64_t>& sizes,
+                                           const std::vector<int64_t>& strides, int64_t offset, int offset_id) const {
+  lowering::ViewForm view{elem, sizes, strides, offset};
+  if (offset_id >= 0) {
+    const hlo::Value& o = value(offset_id);
+    TORCH_CHECK(o.elem() == pjrt::ElementType::kS64 && o.dims().empty(), name_, ": a view's run-time offset is an s64 scalar");
+    view.dynamic = true;
+    view.offset_value = o;
+  }
+  return view;
+}
+
 int GraphBuilder::view(int id, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int64_t offset,
-                       at::ScalarType dtype) {
+                       at::ScalarType dtype, int offset_id) {
   const hlo::Value& v = value(id);
   lowering::BaseForm form{true, v.elem(), v.dims(),
                           v.type.numel() * static_cast<int64_t>(pjrt::byte_size(v.elem()))};
-  lowering::ViewForm view{element_type(dtype), sizes, strides, offset};
+  lowering::ViewForm view = view_form(element_type(dtype), sizes, strides, offset, offset_id);
   int result = add(lowering::read_view(b_, v, form, view));
   hlo::Dims order = dense_order(view);
   if (!order.empty()) {
@@ -233,11 +245,11 @@ int GraphBuilder::view(int id, const std::vector<int64_t>& sizes, const std::vec
 }
 
 int GraphBuilder::scatter_view(int base, int src, const std::vector<int64_t>& sizes,
-                               const std::vector<int64_t>& strides, int64_t offset) {
+                               const std::vector<int64_t>& strides, int64_t offset, int offset_id) {
   hlo::Value v = value(base);
   lowering::BaseForm form{true, v.elem(), v.dims(),
                           v.type.numel() * static_cast<int64_t>(pjrt::byte_size(v.elem()))};
-  lowering::ViewForm view{v.elem(), sizes, strides, offset};
+  lowering::ViewForm view = view_form(v.elem(), sizes, strides, offset, offset_id);
   lowering::BaseForm new_form;
   hlo::Value out = lowering::write_view(b_, v, form, view, b_.convert(value(src), v.elem()), &new_form);
   if (out.dims() != v.dims()) out = b_.reshape(out, v.dims());

@@ -97,12 +97,14 @@ class GraphBuilder {
   std::vector<int> apply(const std::string& overload, const torch::jit::Stack& args, const std::vector<int>& tensor_ids,
                          const std::vector<OutSpec>& outs);
   // The view (sizes, strides in elements, offset) of dense value `id`, as a dense value of dtype `dtype`.
+  // `offset_id` >= 0: the offset is that value's (an s64 scalar known at run time: a view at a symbolic
+  // index of a graph, whose host computes and checks it), and `offset` is ignored.
   int view(int id, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int64_t offset,
-           at::ScalarType dtype);
-  // Dense value `base` with `src` written through its view (sizes, strides, offset): the *_scatter
-  // nodes functionalization makes of writes into views.
+           at::ScalarType dtype, int offset_id = -1);
+  // Dense value `base` with `src` written through its view (sizes, strides, offset; `offset_id` as for
+  // view): the *_scatter nodes functionalization makes of writes into views.
   int scatter_view(int base, int src, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                   int64_t offset);
+                   int64_t offset, int offset_id = -1);
   // Fused eager's storage reads and writes, exactly as eager programs make them: `base` is the storage's
   // base value of form `form` (-1 when the storage was never written), `view` a tensor over it. A dynamic
   // view's offset is the next run-time scalar input (a read's before its op's scalars, a write's after).
@@ -133,6 +135,8 @@ class GraphBuilder {
   size_t num_tensor_inputs_ = 0;
   int num_scalar_inputs_ = 0;
   hlo::Value scalar_input(pjrt::ElementType type);
+  lowering::ViewForm view_form(pjrt::ElementType elem, const std::vector<int64_t>& sizes,
+                               const std::vector<int64_t>& strides, int64_t offset, int offset_id) const;
   // `view` with its run-time offset (a new scalar input) when it is dynamic.
   lowering::ViewForm with_offset_input(const lowering::ViewForm& view);
   // Storage orders of the values fused eager read through views (lowering::Arg::layout: the hint rows

@@ -158,8 +158,11 @@ void bind_graph(py::module_& m) {
            })
       .def("view",
            [](GraphBuilder& g, int id, std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset,
-              py::handle dtype) { return g.view(id, sizes, strides, offset, dtype_of(dtype)); })
-      .def("scatter_view", &GraphBuilder::scatter_view)
+              py::handle dtype, int offset_id) { return g.view(id, sizes, strides, offset, dtype_of(dtype), offset_id); },
+           py::arg("id"), py::arg("sizes"), py::arg("strides"), py::arg("offset"), py::arg("dtype"),
+           py::arg("offset_id") = -1)
+      .def("scatter_view", &GraphBuilder::scatter_view, py::arg("base"), py::arg("src"), py::arg("sizes"),
+           py::arg("strides"), py::arg("offset"), py::arg("offset_id") = -1)
       .def("transpose", &GraphBuilder::transpose)
       .def("call",
            [](GraphBuilder& g, const std::string& functions, const std::string& callee, std::vector<int> ids,

@@ -158,6 +158,10 @@ class _Lowering:
         self.placeholders = {}  # placeholder node -> its argument index
         self.pack_ids = {}  # dtype -> value id of the program input packing 0-d CPU inputs of that dtype
         self.elements = {}  # value id -> (vector value id, index, length): the elements of such vectors
+        self.syms = None  # graph_syms.SymPlan: the run-time scalars (SymInts), when the graph has any
+        self.sym_vec = None  # value id of the program input holding them
+        # views at a run-time offset, and views of them: a result among them needs its offset at run time
+        self.run_time_views = set()
 
     def lower(self):
         placeholder = 0
@@ -170,6 +174,7 @@ class _Lowering:
             if n.op == "call_function" and n.target is _aten.copy_.default and _is_tpu(_fake_val(n.args[0]))
         }
         packs = self.scalar_packs()
+        self.run_time_scalars()
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 self.placeholders[node] = placeholder
@@ -190,7 +195,7 @@ class _Lowering:
                     if _is_tpu(val) and val.is_contiguous():
                         self.aliases[node] = self.meta_of(node)
                 elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-                    raise Unsupported(f"symbolic input {node.name}")
+                    self.ids[node] = self.sym_value(node)
                 else:
                     self.py[node] = val
                 placeholder += 1
@@ -207,6 +212,23 @@ class _Lowering:
             else:
                 raise Unsupported(f"{node.op} node {node.target}")
         return self.finish(out_node)
+
+    def run_time_scalars(self):
+        from .graph_syms import SymPlan
+
+        index = {n: i for i, n in enumerate(n for n in self.gm.graph.nodes if n.op == "placeholder")}
+        plan = SymPlan(self.gm, index, lambda n: isinstance(n.target, torch._ops.OpOverload)
+                       and (n.target.is_view or n.target in _SCATTERS))
+        if len(plan):
+            self.syms = plan
+            self.sym_vec = self.g.input(torch.int64, [len(plan)])
+            self.inputs.append(("syms", None))
+
+    def sym_value(self, node):
+        """The program's value (s64) of a run-time scalar: its element of the scalars' input."""
+        if self.syms is None or node not in self.syms.slots:
+            raise Unsupported(f"symbolic value {node.name}")
+        return self.element(self.sym_vec, self.syms.slots[node], len(self.syms), torch.int64)
 
     def alias_root(self, node):
         return self.roots.get(node, node)
@@ -226,6 +248,10 @@ class _Lowering:
 
     def call(self, node):
         target = node.target
+        if self.syms is not None and (node in self.syms.asserts or self.syms.is_scalar(node)):
+            if node in self.syms.slots:  # computed on the host (graph_syms), read from the scalars' input
+                self.ids[node] = self.sym_value(node)
+            return
         if target is operator.getitem:
             base = self.ids.get(node.args[0])
             if not isinstance(base, list):
@@ -250,6 +276,13 @@ class _Lowering:
             return self.factory(node)
         if target in (_aten._to_copy.default, _aten.lift_fresh_copy.default):
             return self.to_copy(node)
+        if target is torch.ops.prims.convert_element_type.default and isinstance(self.ids.get(node.args[0]), int):
+            # a scalar's dtype in the arithmetic AOTAutograd makes of a symbolic scalar (i * 0.5)
+            val = _fake_val(node)
+            self.ids[node] = self.g.cast(self.ids[node.args[0]], (val.dtype, _static_shape(val, node.name)))
+            return
+        if self.syms is not None:
+            target = self.tensor_overload(node, target)
         name = _overload_name(target)
         if target._schema.is_mutable:
             raise Unsupported(f"in-place op aten::{name}")
@@ -257,7 +290,7 @@ class _Lowering:
             raise Unsupported(f"aten::{name} (no lowering row)")
         if name.startswith("_foreach_") and self.foreach_of_scalars(node, name):
             return
-        args, ids = self.arguments(node)
+        args, ids = self.arguments(node, target._schema)
         val = _fake_val(node)
         vals = list(val) if isinstance(val, (tuple, list)) else [val]
         outs = []  # the row's results: tensor returns (None: undefined), as the eager kernel sees them
@@ -358,6 +391,17 @@ class _Lowering:
         if not (isinstance(self.ids.get(base), int) and isinstance(self.ids.get(src), int)):
             raise Unsupported(f"{node.target} of non-tensors")
         rest = node.args[2:]
+        if self.syms is not None and node in self.syms.slots:  # at a symbolic index: a run-time offset
+            from .graph_syms import hint
+
+            meta = self.meta_of(base)
+            view = _SCATTERS[node.target](meta, *[hint(v) for v in rest], **node.kwargs)
+            slot = self.syms.add_view(node, meta, _SCATTERS[node.target], 2, view)
+            offset = self.element(self.sym_vec, slot, len(self.syms), torch.int64)
+            self.ids[node] = self.g.scatter_view(
+                self.ids[base], self.ids[src], list(view.shape), list(view.stride()), 0, offset
+            )
+            return
         if any(isinstance(v, (torch.fx.Node, torch.SymInt)) for v in rest):
             raise Unsupported(f"{node.target} with symbolic arguments")
         view = _SCATTERS[node.target](self.meta_of(base), *rest, **node.kwargs)
@@ -369,6 +413,10 @@ class _Lowering:
         val = _fake_val(node)
         fill = _FACTORIES[node.target]
         v = fill(node) if callable(fill) else fill
+        if isinstance(v, torch.fx.Node) and self.syms is not None and self.syms.is_scalar(v):
+            # filled with a run-time scalar (torch.tensor(i), i * 0.5)
+            self.ids[node] = self.g.cast(self.sym_value(v), (val.dtype, _static_shape(val, node.name)))
+            return
         if not isinstance(v, (bool, int, float)):
             raise Unsupported(f"{node.target} filled with {type(v).__name__}")
         self.ids[node] = self.g.full(val.dtype, _static_shape(val, node.name), v)
@@ -387,15 +435,33 @@ class _Lowering:
             self.meta[node] = t
         return t
 
-    def arguments(self, node):
+    def tensor_overload(self, node, target):
+        """With a run-time scalar where `target` takes a Scalar (eq.Scalar(x, i), as decompositions of
+        select_backward make): its Tensor overload (eq.Tensor), which takes it as a 0-d value."""
+        schema = target._schema
+        args = list(node.args) + [node.kwargs.get(a.name) for a in schema.arguments[len(node.args):]]
+        if not any(self.syms.is_scalar(v) and not isinstance(a.type, torch.TensorType)
+                   for v, a in zip(args, schema.arguments) if isinstance(v, torch.fx.Node)):
+            return target
+        packet = getattr(torch.ops.aten, schema.name.split("::", 1)[1])
+        other = getattr(packet, schema.overload_name.replace("Scalar", "Tensor"), None)
+        return other if other is not None and _C._GraphBuilder.has_row(_overload_name(other)) else target
+
+    def arguments(self, node, schema=None):
         """The functional schema arguments, positional, with tensors as meta placeholders, and the value
         ids of the tensors in order of appearance."""
         ids = []
 
-        def conv(v):
+        def conv(v, tensor_position=False):
             if isinstance(v, torch.fx.Node):
                 if v in self.py:
                     return self.py[v]
+                if self.syms is not None and self.syms.is_scalar(v):
+                    # a run-time scalar operand (x + i): a 0-d s64 value where the schema takes a tensor
+                    if not tensor_position or not isinstance(_fake_val(v), torch.SymInt):
+                        raise Unsupported(f"symbolic argument {v.name} of {node.target}")
+                    ids.append(self.sym_value(v))
+                    return torch.empty((), dtype=torch.int64, device="meta")
                 i = self.ids.get(v)
                 if not isinstance(i, int):
                     raise Unsupported(f"argument {v.name} of {node.target}")
@@ -410,7 +476,7 @@ class _Lowering:
             return v
 
         args = []
-        for i, a in enumerate(node.target._schema.arguments):
+        for i, a in enumerate((schema or node.target._schema).arguments):
             if i < len(node.args):
                 v = node.args[i]
             elif a.name in node.kwargs:
@@ -419,7 +485,7 @@ class _Lowering:
                 v = a.default_value
             else:
                 v = None
-            args.append(conv(v))
+            args.append(conv(v, isinstance(a.type, torch.TensorType)))
         return args, ids
 
     def view(self, node):
@@ -433,6 +499,8 @@ class _Lowering:
             if not (v.is_contiguous() and v.storage_offset() == 0):
                 raise Unsupported(f"{node.target} of a non-contiguous tensor")
         base = self.meta_of(src)
+        if self.syms is not None and node in self.syms.slots:
+            return self.view_at_run_time_offset(node, src, base)
         rest = []
         for v in node.args[1:]:
             if isinstance(v, torch.fx.Node) or (
@@ -442,6 +510,8 @@ class _Lowering:
             rest.append(v)
         out = node.target(base, *rest, **node.kwargs)
         i = self.ids[src]
+        if src in self.run_time_views:
+            self.run_time_views.add(node)
         if src not in self.aliases and src.op != "placeholder":
             self.aliases[src] = base  # an intermediate: the program's value of it is dense
         if src in self.aliases and not isinstance(out, (list, tuple)) and out.dtype == base.dtype:
@@ -455,6 +525,32 @@ class _Lowering:
             return self.g.view(i, list(t.shape), list(t.stride()), t.storage_offset(), t.dtype)
 
         self.ids[node] = [one(t) for t in out] if isinstance(out, (list, tuple)) else one(out)
+
+    def view_at_run_time_offset(self, node, src, base):
+        """A view at a symbolic index (t[i]): read at the offset the host computes for the run. It is never
+        an alias (a result that is such a view is a program output)."""
+        from .graph_syms import hint
+
+        out = node.target(base, *[hint(v) for v in node.args[1:]], **node.kwargs)
+        if isinstance(out, (list, tuple)):
+            raise Unsupported(f"view {node.target} with symbolic arguments and several results")
+        slot = self.syms.add_view(node, base, node.target, 1, out)
+        offset = self.element(self.sym_vec, slot, len(self.syms), torch.int64)
+        self.ids[node] = self.g.view(self.ids[src], list(out.shape), list(out.stride()), 0, out.dtype, offset)
+        self.run_time_views.add(node)
+
+    def run_time_alias(self, node, written):
+        """A result that is a view at a run-time offset: AOTAutograd makes the caller's view from this
+        result's offset, so it must be the argument's own view there (a view of an input the graph does
+        not write; others are compiled per value)."""
+        src = node.args[0]
+        if node not in self.syms.slots or src.op != "placeholder" or src not in self.aliases:
+            raise Unsupported(f"result {node.name}: a view of a view at a symbolic index")
+        index = self.placeholders[src]
+        if index in written:
+            raise Unsupported(f"result {node.name}: a view at a symbolic index of a written input")
+        _, _, _, sizes, strides = self.syms.steps[self.syms.slots[node]][2]
+        return index, list(sizes), list(strides), self.syms.slots[node]
 
     def copy_(self, node):
         dst, src = node.args[0], node.args[1]
@@ -569,6 +665,12 @@ class _Lowering:
         nodes = [r for r in results if isinstance(r, torch.fx.Node)]
         shared = collections.Counter(self.alias_root(r) for r in nodes if r in self.aliases)
         for r in results:
+            if self.syms is not None and self.syms.is_scalar(r):
+                template.append(("sym", self.syms.slots[r]))  # a scalar the host computed (saved for the backward)
+                continue
+            if r in self.run_time_views:
+                template.append(("alias_at", self.run_time_alias(r, written)))
+                continue
             alias = self.aliases.get(r) if isinstance(r, torch.fx.Node) else None
             root = self.alias_root(r) if alias is not None else None
             if alias is not None and root.op == "placeholder" and self.placeholders[root] not in written:
@@ -617,7 +719,7 @@ class _Lowering:
             program_ids.append(v)
         on_tpu = {i: _is_tpu(_fake_val(n)) for n, i in self.placeholders.items()}
         return _Compiled(self.g.compile(program_ids), self.inputs, on_tpu, template, writes, single,
-                         self.host_program())
+                         self.host_program(), self.syms)
 
 
 class _Compiled:
@@ -627,8 +729,9 @@ class _Compiled:
 
     _boxed_call = True
 
-    def __init__(self, program, inputs, on_tpu, template, writes, single, host=None):
+    def __init__(self, program, inputs, on_tpu, template, writes, single, host=None, syms=None):
         self.program = program
+        self.syms = syms  # graph_syms.SymPlan: computes the run-time scalars from the arguments
         self.inputs = inputs
         self.template = template
         self.single = single
@@ -659,6 +762,13 @@ class _Compiled:
                 exprs.append(f"outs[{int(v)}]")
             elif kind == "arg":
                 exprs.append(f"args[{int(v)}]")
+            elif kind == "sym":
+                exprs.append(f"syms[{int(v)}]")
+            elif kind == "alias_at":  # a view of an argument at a run-time offset
+                i, sizes, strides, slot = v
+                a = f"args[{int(i)}]"
+                exprs.append(f"{a}.as_strided({list(map(int, sizes))}, {list(map(int, strides))}, "
+                             f"{a}.storage_offset() + syms[{int(slot)}])")
             elif kind in ("alias", "view"):  # a view of an argument at its offset, or of a program output
                 i, sizes, strides, offset = v
                 bases.append(f"{'args' if kind == 'alias' else 'outs'}[{int(i)}]")
@@ -669,7 +779,7 @@ class _Compiled:
                 consts.append(v)
         namespace = {"make_views": _C._Views(specs)}
         body = f"    views = make_views([{', '.join(bases)}])\n" if specs else ""
-        exec("def build(args, outs, consts):\n" + body + "    return [" + ", ".join(exprs) + "]\n", namespace)
+        exec("def build(args, outs, consts, syms):\n" + body + "    return [" + ", ".join(exprs) + "]\n", namespace)
         return namespace["build"], consts
 
     def _const(self, t, device):
@@ -685,6 +795,7 @@ class _Compiled:
         return args[self.device_arg].device if self.device_arg is not None else torch.device("tpu")
 
     def __call__(self, args):
+        syms = self.syms(args) if self.syms is not None else None
         if self.plain:
             tensors = [args[i] for i in self.args]
         else:
@@ -692,6 +803,7 @@ class _Compiled:
             tensors = [
                 args[v] if kind == "arg"
                 else _C._pack_scalars([args[i] for i in v], _index(device)) if kind == "pack"
+                else torch.tensor(syms, dtype=torch.int64).to(device) if kind == "syms"
                 else self._const(v, device)
                 for kind, v in self.inputs
             ]
@@ -712,7 +824,7 @@ class _Compiled:
                         args[index].copy_(v)
         if self.all_out:
             return outs[0] if self.single else outs[: len(self.outs)]
-        result = self._build(args, outs, self._build_consts)
+        result = self._build(args, outs, self._build_consts, syms)
         return result[0] if self.single else result
 
 
@@ -768,7 +880,10 @@ def _lower_split(gm, name):
     return pieces, split
 
 
-def _graph_compiler(kind):
+def _graph_compiler(kind, strict=False):
+    """`strict`: a graph it cannot lower raises Unsupported (the caller compiles another way) rather than
+    running eagerly."""
+
     def compile_graph(gm, example_inputs):
         from torch._functorch.aot_autograd import make_boxed_func
         from torch.utils._python_dispatch import _disable_current_modes
@@ -784,6 +899,8 @@ def _graph_compiler(kind):
             stats["graphs_lowered"] += 1
             return compiled
         except Unsupported as e:
+            if strict:
+                raise
             stats["graphs_eager"] += 1
             return _eager(gm, str(e))
 
@@ -809,13 +926,13 @@ def _decompositions():
     return _decomps
 
 
-def _aot(gm, example_inputs):
+def _aot(gm, example_inputs, strict=False):
     from torch._functorch.aot_autograd import aot_module_simplified
 
     return aot_module_simplified(
         gm,
         example_inputs,
-        fw_compiler=_graph_compiler("forward"),
+        fw_compiler=_graph_compiler("forward", strict),
         bw_compiler=_graph_compiler("backward"),
         decompositions=_decompositions(),
         keep_inference_input_mutations=True,
@@ -853,6 +970,13 @@ def tpu_backend(gm, example_inputs, **kwargs):
     """The Dynamo backend "tpu" (``torch.compile(model, backend="tpu")``). ``mode=`` and ``options=``
     are accepted; every mode compiles the same whole-graph programs."""
     if any(_is_symbolic(x) for x in example_inputs):
+        if not any(isinstance(x, torch.Tensor) and _is_symbolic(x) for x in example_inputs):
+            # symbolic scalars only (an int index made dynamic): one program for every value where they
+            # shape no tensor (graph_syms), else a program per value
+            try:
+                return _aot(gm, example_inputs, strict=True)
+            except Unsupported:
+                pass
         return _specializing(gm)
     return _aot(gm, example_inputs)
 
