@@ -527,8 +527,8 @@ class _Lowering:
         self.ids[node] = [one(t) for t in out] if isinstance(out, (list, tuple)) else one(out)
 
     def view_at_run_time_offset(self, node, src, base):
-        """A view at a symbolic index (t[i]): read at the offset the host computes for the run. It is never
-        an alias (a result that is such a view is a program output)."""
+        """A view at a symbolic index (t[i]): read at the offset the host computes for the run. A result
+        that is such a view is made at run time (run_time_alias)."""
         from .graph_syms import hint
 
         out = node.target(base, *[hint(v) for v in node.args[1:]], **node.kwargs)
@@ -975,7 +975,7 @@ def tpu_backend(gm, example_inputs, **kwargs):
             # shape no tensor (graph_syms), else a program per value
             try:
                 return _aot(gm, example_inputs, strict=True)
-            except Unsupported:
+            except Exception:  # Unsupported, or AOTAutograd failing on the symbolic scalars: as before
                 pass
         return _specializing(gm)
     return _aot(gm, example_inputs)
