@@ -975,7 +975,7 @@ def tpu_backend(gm, example_inputs, **kwargs):
             # shape no tensor (graph_syms), else a program per value
             try:
                 return _aot(gm, example_inputs, strict=True)
-            except Exception:  # Unsupported, or AOTAutograd failing on the symbolic scalars: as before
+            except Unsupported:  # (Dynamo's own restarts, raised through here, must reach Dynamo)
                 pass
         return _specializing(gm)
     return _aot(gm, example_inputs)
