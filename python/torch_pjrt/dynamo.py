@@ -51,6 +51,10 @@ def _overload_name(op):
     return name + ("." + s.overload_name if s.overload_name else "")
 
 
+def _is_sym(x):
+    return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
 def _is_tpu(x):
     return isinstance(x, torch.Tensor) and x.device.type == "tpu"
 
@@ -81,10 +85,9 @@ def _contiguous_strides(shape):
     return strides[::-1]
 
 
-def _reads_whole(view, root):
-    """Whether `view` (a meta view of `root`'s dense value) is that value itself or a permutation of its
-    dims: what a program takes as the root's buffer (GraphBuilder.input with strides)."""
-    dims = list(_fake_val(root).shape)
+def _reads_whole(view, dims):
+    """Whether `view` (a meta view of a dense value of sizes `dims`) is that value itself or a permutation of
+    its dims: what a program takes as the value's buffer (GraphBuilder.input with strides)."""
     if view.storage_offset() != 0 or view.numel() != math.prod(dims):
         return False
     if list(view.shape) == dims and view.is_contiguous():
@@ -101,6 +104,9 @@ def _static_shape(val, what):
 
 
 # Writes into views, as functionalization leaves them: the view each one writes through.
+# Dynamo's run-time checks on symbolic scalars: the host's (graph_syms), nothing in a program
+_ASSERTS = {torch.ops.aten._assert_scalar.default, torch.ops.aten.sym_constrain_range_for_size.default}
+
 _SCATTERS = {
     _aten.slice_scatter.default: _aten.slice.Tensor,
     _aten.select_scatter.default: _aten.select.int,
@@ -140,9 +146,16 @@ class _Const:
 class _Lowering:
     """Walks one ATen graph and drives a _C._GraphBuilder."""
 
-    def __init__(self, gm, name):
+    def __init__(self, gm, name, env=None):
         self.gm = gm
         self.g = _C._GraphBuilder(name)
+        # sizes (sympy symbol -> int) a graph with symbolic shapes is lowered for: its nodes' values then
+        # come from graph_syms.Concrete, every symbolic scalar a constant
+        self.val = _fake_val
+        if env is not None:
+            from .graph_syms import Concrete
+
+            self.val = Concrete(env)
         self.ids = {}  # node -> value id, or list of ids (multi-result nodes)
         self.py = {}  # node -> Python value (non-tensor placeholders)
         self.inputs = []  # per program tensor input: ("arg", index), ("const", tensor) or ("pack", indices)
@@ -171,14 +184,17 @@ class _Lowering:
         donors = {
             n.args[0]
             for n in self.gm.graph.nodes
-            if n.op == "call_function" and n.target is _aten.copy_.default and _is_tpu(_fake_val(n.args[0]))
+            if n.op == "call_function" and n.target is _aten.copy_.default and _is_tpu(self.val(n.args[0]))
         }
         packs = self.scalar_packs()
-        self.run_time_scalars()
+        if self.val is _fake_val:
+            self.run_time_scalars()
+        else:  # every symbolic scalar is a constant for these sizes
+            self.py.update({n: self.val(n) for n in self.gm.graph.nodes if _is_sym(_fake_val(n))})
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 self.placeholders[node] = placeholder
-                val = _fake_val(node)
+                val = self.val(node)
                 if node in packs:
                     members = packs[node]
                     if members[0] is node:  # one program input for the group, then each member's element
@@ -194,6 +210,8 @@ class _Lowering:
                     self.inputs.append(("arg", placeholder))
                     if _is_tpu(val) and val.is_contiguous():
                         self.aliases[node] = self.meta_of(node)
+                elif node in self.py:
+                    pass
                 elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
                     self.ids[node] = self.sym_value(node)
                 else:
@@ -241,13 +259,15 @@ class _Lowering:
         more: placeholder -> its group. Each group is one program input, uploaded in one transfer."""
         groups = {}
         for n in self.gm.graph.nodes:
-            v = _fake_val(n) if n.op == "placeholder" else None
+            v = self.val(n) if n.op == "placeholder" else None
             if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0:
                 groups.setdefault(v.dtype, []).append(n)
         return {n: g for g in groups.values() if len(g) > 1 for n in g}
 
     def call(self, node):
         target = node.target
+        if node in self.py or self.val is not _fake_val and target in _ASSERTS:
+            return  # a symbolic scalar's value (or its check) for these sizes
         if self.syms is not None and (node in self.syms.asserts or self.syms.is_scalar(node)):
             if node in self.syms.slots:  # computed on the host (graph_syms), read from the scalars' input
                 self.ids[node] = self.sym_value(node)
@@ -278,7 +298,7 @@ class _Lowering:
             return self.to_copy(node)
         if target is torch.ops.prims.convert_element_type.default and isinstance(self.ids.get(node.args[0]), int):
             # a scalar's dtype in the arithmetic AOTAutograd makes of a symbolic scalar (i * 0.5)
-            val = _fake_val(node)
+            val = self.val(node)
             self.ids[node] = self.g.cast(self.ids[node.args[0]], (val.dtype, _static_shape(val, node.name)))
             return
         if self.syms is not None:
@@ -291,7 +311,7 @@ class _Lowering:
         if name.startswith("_foreach_") and self.foreach_of_scalars(node, name):
             return
         args, ids = self.arguments(node, target._schema)
-        val = _fake_val(node)
+        val = self.val(node)
         vals = list(val) if isinstance(val, (tuple, list)) else [val]
         outs = []  # the row's results: tensor returns (None: undefined), as the eager kernel sees them
         for v in vals:
@@ -325,7 +345,7 @@ class _Lowering:
                 raise Unsupported(f"argument {n} of {node.target}")
             ids.append(i)
         try:
-            self.ids[node] = list(op.graph_call(self.g, ids, [_fake_val(n) for n in tensors], sid))
+            self.ids[node] = list(op.graph_call(self.g, ids, [self.val(n) for n in tensors], sid))
         except Exception as e:
             raise Unsupported(f"{node.target} failed to lower: {e}") from e
 
@@ -339,11 +359,11 @@ class _Lowering:
         ):
             return False
         n = len(lists[0])
-        val = _fake_val(node)
+        val = self.val(node)
         if n < 2 or any(len(a) != n for a in lists) or not isinstance(val, (list, tuple)) or len(val) != n:
             return False
         for a in lists:
-            vals = [_fake_val(e) if isinstance(e, torch.fx.Node) else None for e in a]
+            vals = [self.val(e) if isinstance(e, torch.fx.Node) else None for e in a]
             if not all(isinstance(v, torch.Tensor) and v.dim() == 0 and v.dtype == vals[0].dtype for v in vals):
                 return False
             if not all(isinstance(self.ids.get(e), int) for e in a):
@@ -402,6 +422,7 @@ class _Lowering:
                 self.ids[base], self.ids[src], list(view.shape), list(view.stride()), 0, offset
             )
             return
+        rest = self.resolved(rest)
         if any(isinstance(v, (torch.fx.Node, torch.SymInt)) for v in rest):
             raise Unsupported(f"{node.target} with symbolic arguments")
         view = _SCATTERS[node.target](self.meta_of(base), *rest, **node.kwargs)
@@ -410,9 +431,9 @@ class _Lowering:
         )
 
     def factory(self, node):
-        val = _fake_val(node)
+        val = self.val(node)
         fill = _FACTORIES[node.target]
-        v = fill(node) if callable(fill) else fill
+        v = self.resolved(fill(node)) if callable(fill) else fill
         if isinstance(v, torch.fx.Node) and self.syms is not None and self.syms.is_scalar(v):
             # filled with a run-time scalar (torch.tensor(i), i * 0.5)
             self.ids[node] = self.g.cast(self.sym_value(v), (val.dtype, _static_shape(val, node.name)))
@@ -422,7 +443,7 @@ class _Lowering:
         self.ids[node] = self.g.full(val.dtype, _static_shape(val, node.name), v)
 
     def to_copy(self, node):
-        src, val = node.args[0], _fake_val(node)
+        src, val = node.args[0], self.val(node)
         if not isinstance(self.ids.get(src), int) or not _is_tpu(val):
             raise Unsupported(f"{node.target} to {getattr(val, 'device', None)}")
         self.ids[node] = self.g.cast(self.ids[src], (val.dtype, _static_shape(val, node.name)))
@@ -430,10 +451,16 @@ class _Lowering:
     def meta_of(self, node):
         t = self.meta.get(node)
         if t is None:
-            val = _fake_val(node)
+            val = self.val(node)
             t = torch.empty(_static_shape(val, node.name), dtype=val.dtype, device="meta")
             self.meta[node] = t
         return t
+
+    def resolved(self, v):
+        """`v` with the nodes of symbolic scalars that are constants here (self.py) replaced by their values."""
+        if isinstance(v, (list, tuple)):
+            return type(v)(self.resolved(e) for e in v)
+        return self.py[v] if isinstance(v, torch.fx.Node) and v in self.py else v
 
     def tensor_overload(self, node, target):
         """With a run-time scalar where `target` takes a Scalar (eq.Scalar(x, i), as decompositions of
@@ -458,7 +485,7 @@ class _Lowering:
                     return self.py[v]
                 if self.syms is not None and self.syms.is_scalar(v):
                     # a run-time scalar operand (x + i): a 0-d s64 value where the schema takes a tensor
-                    if not tensor_position or not isinstance(_fake_val(v), torch.SymInt):
+                    if not tensor_position or not isinstance(self.val(v), torch.SymInt):
                         raise Unsupported(f"symbolic argument {v.name} of {node.target}")
                     ids.append(self.sym_value(v))
                     return torch.empty((), dtype=torch.int64, device="meta")
@@ -495,14 +522,14 @@ class _Lowering:
         if node.target in (_aten.as_strided.default, _aten._reshape_alias.default):
             # strides relative to the source's storage: the dense value is that storage only when the
             # source is contiguous from offset 0
-            v = _fake_val(src)
+            v = self.val(src)
             if not (v.is_contiguous() and v.storage_offset() == 0):
                 raise Unsupported(f"{node.target} of a non-contiguous tensor")
         base = self.meta_of(src)
         if self.syms is not None and node in self.syms.slots:
             return self.view_at_run_time_offset(node, src, base)
         rest = []
-        for v in node.args[1:]:
+        for v in self.resolved(node.args[1:]):
             if isinstance(v, torch.fx.Node) or (
                 isinstance(v, (list, tuple)) and any(isinstance(e, (torch.fx.Node, torch.SymInt)) for e in v)
             ):
@@ -556,7 +583,7 @@ class _Lowering:
         dst, src = node.args[0], node.args[1]
         if dst.op != "placeholder" or not isinstance(self.ids.get(src), int):
             raise Unsupported("copy_ into an intermediate")
-        val = _fake_val(dst)
+        val = self.val(dst)
         index = self.placeholders[dst]
         if val.device.type == "cpu" and self.host_cone([src]) is not None:
             # a CPU input updated from CPU values only (the optimizer's step counts): computed on the host
@@ -579,7 +606,7 @@ class _Lowering:
             seen.add(n)
             if n.op == "placeholder":
                 continue
-            val = _fake_val(n)
+            val = self.val(n)
             vals = list(val) if isinstance(val, (list, tuple)) else [val]
             if n.op != "call_function" or not all(isinstance(v, torch.Tensor) and v.device.type == "cpu"
                                                   for v in vals):
@@ -688,7 +715,7 @@ class _Lowering:
                 # distinct view (the forward saves the normed hidden state as [tokens, hidden] per projection)
                 if r is root:
                     template.append(("out", output(self.ids[root])))
-                elif _reads_whole(alias, root):
+                elif _reads_whole(alias, list(self.val(root).shape)):
                     template.append(("view", (output(self.ids[root]), list(alias.shape), list(alias.stride()),
                                               alias.storage_offset())))
                 else:
@@ -697,7 +724,7 @@ class _Lowering:
                         view_outs[key] = output(self.ids[r])
                     template.append(("view", (view_outs[key], list(alias.shape), _contiguous_strides(alias.shape), 0)))
             elif isinstance(r, torch.fx.Node) and isinstance(self.ids.get(r), int):
-                val = _fake_val(r)
+                val = self.val(r)
                 order = _storage_order(val) if _is_tpu(val) else None
                 if order is None:
                     template.append(("out", output(self.ids[r])))
@@ -717,7 +744,7 @@ class _Lowering:
         for index, v in self.mutations:
             writes.append((index, len(program_ids)))
             program_ids.append(v)
-        on_tpu = {i: _is_tpu(_fake_val(n)) for n, i in self.placeholders.items()}
+        on_tpu = {i: _is_tpu(self.val(n)) for n, i in self.placeholders.items()}
         return _Compiled(self.g.compile(program_ids), self.inputs, on_tpu, template, writes, single,
                          self.host_program(), self.syms)
 
@@ -774,13 +801,32 @@ def _lower_split(gm, name):
     return pieces, split
 
 
-def _graph_compiler(kind, strict=False):
-    """`strict`: a graph it cannot lower raises Unsupported (the caller compiles another way) rather than
-    running eagerly."""
+def _per_shape(gm, name):
+    """A graph with symbols (symbolic sizes, or scalars the run-time path cannot take): a program per set of
+    their values, each lowered at its first call; one that cannot be lowered runs eagerly."""
+    from torch.utils._python_dispatch import _disable_current_modes
 
+    from .graph_syms import PerShape
+
+    def lower(env):
+        try:
+            with _disable_current_modes():
+                compiled = _Lowering(gm, name, env).lower()
+            stats["graphs_lowered"] += 1
+            return compiled
+        except Unsupported as e:
+            stats["graphs_eager"] += 1
+            return _eager(gm, str(e))
+
+    return PerShape(gm, lower, _MAX_SPECIALIZATIONS)
+
+
+def _graph_compiler(kind):
     def compile_graph(gm, example_inputs):
         from torch._functorch.aot_autograd import make_boxed_func
         from torch.utils._python_dispatch import _disable_current_modes
+
+        from .graph_syms import has_symbolic_shapes, has_symbols
 
         try:
             with _disable_current_modes():  # AOTAutograd's fake mode: lowering runs on real meta tensors
@@ -789,12 +835,14 @@ def _graph_compiler(kind, strict=False):
                     stats["graphs_lowered"] += 1
                     stats["collective_splits"] = stats.get("collective_splits", 0) + pieces
                     return make_boxed_func(split.forward)
+                if has_symbolic_shapes(gm):
+                    return _per_shape(gm, f"graph_{kind}")
                 compiled = _Lowering(gm, f"graph_{kind}").lower()
             stats["graphs_lowered"] += 1
             return compiled
         except Unsupported as e:
-            if strict:
-                raise
+            if has_symbols(gm):  # symbolic scalars that one program cannot take: a program per value
+                return _per_shape(gm, f"graph_{kind}")
             stats["graphs_eager"] += 1
             return _eager(gm, str(e))
 
@@ -820,58 +868,24 @@ def _decompositions():
     return _decomps
 
 
-def _aot(gm, example_inputs, strict=False):
+def _aot(gm, example_inputs):
     from torch._functorch.aot_autograd import aot_module_simplified
 
     return aot_module_simplified(
         gm,
         example_inputs,
-        fw_compiler=_graph_compiler("forward", strict),
+        fw_compiler=_graph_compiler("forward"),
         bw_compiler=_graph_compiler("backward"),
         decompositions=_decompositions(),
         keep_inference_input_mutations=True,
     )
 
 
-def _is_symbolic(x):
-    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return True
-    return isinstance(x, torch.Tensor) and any(not isinstance(d, int) for d in x.shape)
-
-
-def _specializing(gm):
-    """For a graph with symbolic shapes: one static program per distinct input shapes (bounded)."""
-    cache = {}
-
-    def run(*args):
-        key = tuple(
-            (tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a) for a in args
-        )
-        fn = cache.get(key)
-        if fn is None:
-            if len(cache) >= _MAX_SPECIALIZATIONS:
-                raise RuntimeError(
-                    f"torch.compile(backend=\"tpu\") compiles one static program per input shape and has "
-                    f"{len(cache)} for this graph: pad inputs to a few bucket sizes, or use dynamic=False"
-                )
-            fn = cache[key] = _aot(gm, list(args))
-        return fn(*args)
-
-    return run
-
-
 def tpu_backend(gm, example_inputs, **kwargs):
     """The Dynamo backend "tpu" (``torch.compile(model, backend="tpu")``). ``mode=`` and ``options=``
-    are accepted; every mode compiles the same whole-graph programs."""
-    if any(_is_symbolic(x) for x in example_inputs):
-        if not any(isinstance(x, torch.Tensor) and _is_symbolic(x) for x in example_inputs):
-            # symbolic scalars only (an int index made dynamic): one program for every value where they
-            # shape no tensor (graph_syms), else a program per value
-            try:
-                return _aot(gm, example_inputs, strict=True)
-            except Unsupported:  # (Dynamo's own restarts, raised through here, must reach Dynamo)
-                pass
-        return _specializing(gm)
+    are accepted; every mode compiles the same whole-graph programs. A graph with symbolic sizes
+    (``dynamic=True``) is traced once and lowered per set of sizes; symbolic scalars that shape no tensor
+    (an index) are run-time inputs of one program (graph_syms)."""
     return _aot(gm, example_inputs)
 
 

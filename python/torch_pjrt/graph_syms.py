@@ -8,19 +8,17 @@ the view's offset, checked as eager checks it (an out-of-range index raises Inde
 the program as one s64 vector input. Inside the program such a view reads at its run-time offset, and a
 scalar used as an operand (``x + i``, ``torch.tensor(i)``) is that vector's element.
 
-A scalar that shapes a tensor (``t[:i]``) is not this case: the graph is then compiled per value
-(dynamo._specializing).
+A scalar that shapes a tensor (``t[:i]``) is not this case: the graph is then lowered per value (PerShape
+below, as graphs with symbolic sizes are).
 """
 
 import torch
 from torch.fx.node import map_arg
 
-from .dynamo import Unsupported, _fake_val as fake_val
+from .dynamo import _ASSERTS, Unsupported, _fake_val as fake_val
 
 _SYM_TYPES = (torch.SymInt, torch.SymBool, torch.SymFloat)
 
-# nodes the host evaluates and the program ignores: Dynamo's run-time asserts on symbolic scalars
-_ASSERTS = {torch.ops.aten._assert_scalar.default, torch.ops.aten.sym_constrain_range_for_size.default}
 
 
 def is_sym(v):
@@ -138,3 +136,109 @@ class SymPlan:
             node.target(*map_arg(node.args, value), **map_arg(node.kwargs, value))
         return values
 
+
+
+# ------------------------------------------------------------------ graphs with symbolic shapes
+# dynamic=True (or Dynamo's automatic dynamic shapes) hands the backend a graph whose tensor sizes are
+# symbols. AOTAutograd traces it once with them symbolic; each call then lowers it for the sizes it brings
+# (the symbols' values, read from the arguments): a program per distinct set of sizes, every symbol a
+# constant of that program.
+
+
+def symbol_sources(gm):
+    """sympy symbol -> (placeholder index, dim or None): where a call's arguments give its value."""
+    sources = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, node in enumerate(placeholders):
+        val = fake_val(node)
+        pairs = [(None, val)] if is_sym(val) else list(enumerate(val.shape)) if isinstance(val, torch.Tensor) else []
+        for dim, v in pairs:
+            if isinstance(v, torch.SymInt) and v.node.expr.is_Symbol and v.node.expr not in sources:
+                sources[v.node.expr] = (i, dim)
+    return sources
+
+
+def _symbolic_tensor(v):
+    return isinstance(v, torch.Tensor) and any(not isinstance(d, int) for d in v.shape)
+
+
+def has_symbolic_shapes(gm):
+    """True when a placeholder has a symbolic size."""
+    return any(_symbolic_tensor(fake_val(n)) for n in gm.graph.nodes if n.op == "placeholder")
+
+
+def has_symbols(gm):
+    """True when a placeholder is a symbolic scalar or has a symbolic size."""
+    return any(is_sym(fake_val(n)) or _symbolic_tensor(fake_val(n)) for n in gm.graph.nodes if n.op == "placeholder")
+
+
+def concrete(x, env):
+    """A symbolic value (or a sequence of them) for the sizes `env` (sympy symbol -> int)."""
+    if isinstance(x, (list, tuple)):  # torch.Size too
+        return [concrete(e, env) for e in x]
+    if not is_sym(x):
+        return x
+    v = x.node.expr
+    v = v.xreplace(env) if hasattr(v, "xreplace") else v
+    if getattr(v, "free_symbols", None):
+        raise Unsupported(f"symbolic value {x} of unknown size {sorted(map(str, v.free_symbols))}")
+    return bool(v) if isinstance(x, torch.SymBool) else float(v) if isinstance(x, torch.SymFloat) else int(v)
+
+
+class Concrete:
+    """Node values of a symbolic graph for one set of sizes: scalars as Python numbers, tensors as fake
+    tensors of those sizes (same dtype and device), made once per node."""
+
+    def __init__(self, env):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.env = env
+        self.mode = FakeTensorMode()
+        self.vals = {}
+
+    def __call__(self, node):
+        if node not in self.vals:
+            self.vals[node] = self.of(fake_val(node))
+        return self.vals[node]
+
+    def of(self, val):
+        if isinstance(val, (list, tuple)):
+            return [self.of(v) for v in val]
+        if not isinstance(val, torch.Tensor):
+            return concrete(val, self.env)
+        if all(isinstance(d, int) for d in val.shape) and all(isinstance(d, int) for d in val.stride()) and \
+                isinstance(val.storage_offset(), int):
+            return val
+        shape, stride = concrete(val.shape, self.env), concrete(val.stride(), self.env)
+        with self.mode:
+            t = torch.empty_strided(shape, stride, dtype=val.dtype, device=val.device)
+        offset = concrete(val.storage_offset(), self.env)
+        if offset:
+            with self.mode:
+                t = t.as_strided(shape, stride, offset)
+        return t
+
+
+class PerShape:
+    """A symbolic graph's runner: lowers it for each distinct set of sizes (at most `limit`), with
+    `lower(env)` -> a boxed callable."""
+
+    _boxed_call = True
+
+    def __init__(self, gm, lower, limit):
+        self.sources = symbol_sources(gm)
+        self.lower, self.limit = lower, limit
+        self.cache = {}
+
+    def __call__(self, args):
+        env = {s: int(args[i] if dim is None else args[i].shape[dim]) for s, (i, dim) in self.sources.items()}
+        key = tuple(env.values())
+        fn = self.cache.get(key)
+        if fn is None:
+            if len(self.cache) >= self.limit:
+                raise RuntimeError(
+                    f"torch.compile(backend=\"tpu\") compiles one program per set of sizes and has "
+                    f"{len(self.cache)} for this graph: pad inputs to a few bucket sizes, or use dynamic=False"
+                )
+            fn = self.cache[key] = self.lower(env)
+        return fn(args)
