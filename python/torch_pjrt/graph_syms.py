@@ -1,4 +1,4 @@
-"""Scalars of a torch.compile graph known only at run time.
+"""Symbols of a torch.compile graph: scalars known only at run time, and symbolic sizes.
 
 Dynamo turns a Python int that changes between calls (a scheduler's ``sigmas[self.step_index]``, ``t[i]``
 in a loop) into a SymInt after its second value ("automatic dynamic"). Where such a scalar does not shape
@@ -9,20 +9,13 @@ the program as one s64 vector input. Inside the program such a view reads at its
 scalar used as an operand (``x + i``, ``torch.tensor(i)``) is that vector's element.
 
 A scalar that shapes a tensor (``t[:i]``) is not this case: the graph is then lowered per value (PerShape
-below, as graphs with symbolic sizes are).
+below, as graphs with symbolic sizes are: ``dynamic=True``).
 """
 
 import torch
 from torch.fx.node import map_arg
 
-from .dynamo import _ASSERTS, Unsupported, _fake_val as fake_val
-
-_SYM_TYPES = (torch.SymInt, torch.SymBool, torch.SymFloat)
-
-
-
-def is_sym(v):
-    return isinstance(v, _SYM_TYPES)
+from .dynamo import _ASSERTS, Unsupported, _fake_val as fake_val, _is_sym as is_sym
 
 
 def sym_node(v):
@@ -39,7 +32,7 @@ def has_sym_args(node):
 def hint(v):
     """A symbolic scalar's example value (the one this graph was traced with)."""
     v = fake_val(v) if isinstance(v, torch.fx.Node) else v
-    if isinstance(v, _SYM_TYPES):
+    if is_sym(v):
         h = v.node.hint
         if h is None:
             raise Unsupported(f"symbolic scalar {v} without an example value")
@@ -153,8 +146,9 @@ def symbol_sources(gm):
         val = fake_val(node)
         pairs = [(None, val)] if is_sym(val) else list(enumerate(val.shape)) if isinstance(val, torch.Tensor) else []
         for dim, v in pairs:
-            if isinstance(v, torch.SymInt) and v.node.expr.is_Symbol and v.node.expr not in sources:
-                sources[v.node.expr] = (i, dim)
+            expr = v.node.expr if isinstance(v, torch.SymInt) else None
+            if getattr(expr, "is_Symbol", False) and expr not in sources:
+                sources[expr] = (i, dim)
     return sources
 
 
