@@ -29,30 +29,22 @@ int64_t count_of(const Dims& d) {
 
 V for_range(Builder& b, int64_t from, int64_t step, int64_t count, V state,
             const std::function<V(Builder&, Value, const V&)>& body);
+Value column(Builder& b, Value x, Value j);
+Value entry(Builder& b, Value v, Value j);
+Value at_all(Builder& b, Value j, const Dims& d);
 
 struct Mat {
   Builder& b;
   int64_t B, n;
   Value iota(int64_t dim, const Dims& dims) { return b.iota(Type{ElementType::kS64, dims}, dim); }
   Value idx(int64_t v, const Dims& dims) { return b.constant_i(v, Type{ElementType::kS64, dims}); }
-  Value at(Value j, const Dims& dims) { return b.broadcast_in_dim(j, dims, {}); }  // a run-time index, everywhere
-  Value row(Value a, int64_t i) {  // [B, r, c] -> [B, c]
-    return b.reshape(b.slice(a, {0, i, 0}, {B, i + 1, a.dims()[2]}, {1, 1, 1}), {B, a.dims()[2]});
-  }
   Value col(Value a, int64_t j) {  // [B, r, c] -> [B, r]
     return b.reshape(b.slice(a, {0, 0, j}, {B, a.dims()[1], j + 1}, {1, 1, 1}), {B, a.dims()[1]});
   }
-  // the same at a run-time s64 index; entry_at: [B, r] -> [B]
+  // row i (a run-time s64) of [B, r, c] -> [B, c] (column j and entry j: column() and entry() below)
   Value row_at(Value a, Value i) {
     Value z = b.scalar_i(0, ElementType::kS64);
     return b.reshape(b.dynamic_slice(a, {z, i, z}, {B, 1, a.dims()[2]}), {B, a.dims()[2]});
-  }
-  Value col_at(Value a, Value j) {
-    Value z = b.scalar_i(0, ElementType::kS64);
-    return b.reshape(b.dynamic_slice(a, {z, z, j}, {B, a.dims()[1], 1}), {B, a.dims()[1]});
-  }
-  Value entry_at(Value v, Value j) {
-    return b.reshape(b.dynamic_slice(v, {b.scalar_i(0, ElementType::kS64), j}, {B, 1}), {B});
   }
   Value diag(Value a) {  // [B, n, n] -> [B, n]
     Dims d{B, n, n};
@@ -60,7 +52,7 @@ struct Mat {
     return reduce_sum(b, b.select(eye, a, b.constant(0, a.type)), {2});
   }
   Value put_row(Value a, Value i, Value r) {  // row i (run-time) of a := r [B, c]
-    Value hit = b.compare(Cmp::EQ, iota(1, a.dims()), at(i, a.dims()));
+    Value hit = b.compare(Cmp::EQ, iota(1, a.dims()), at_all(b, i, a.dims()));
     return b.select(hit, b.broadcast_in_dim(r, a.dims(), {0, 2}), a);
   }
   Value outer(Value x, Value y) {  // [B, n] x [B, m] -> [B, n, m]
@@ -69,7 +61,7 @@ struct Mat {
   }
   // swaps rows j (a run-time s64) and p ([B]) of a [B, n, c] (or entries of a [B, n])
   Value swap(Value a, Value j, Value p) {
-    Value is_j = b.compare(Cmp::EQ, iota(1, a.dims()), at(j, a.dims()));
+    Value is_j = b.compare(Cmp::EQ, iota(1, a.dims()), at_all(b, j, a.dims()));
     Value is_p = b.compare(Cmp::EQ, iota(1, a.dims()), b.broadcast_in_dim(p, a.dims(), {0}));
     Value zero = b.constant(0, a.type);
     Value rj, rp;
@@ -77,7 +69,7 @@ struct Mat {
       rj = b.broadcast_in_dim(row_at(a, j), a.dims(), {0, 2});
       rp = b.broadcast_in_dim(reduce_sum(b, b.select(is_p, a, zero), {1}), a.dims(), {0, 2});
     } else {
-      rj = b.broadcast_in_dim(entry_at(a, j), a.dims(), {0});
+      rj = b.broadcast_in_dim(entry(b, a, j), a.dims(), {0});
       rp = b.broadcast_in_dim(reduce_sum(b, b.select(is_p, a, zero), {1}), a.dims(), {0});
     }
     return b.select(is_j, rp, b.select(is_p, rj, a));
@@ -93,7 +85,7 @@ struct Mat {
       const Value &x = s[0], &strict = s[1], &d = s[2], &rr = s[3];
       Value acc = b.dot_general(row_at(strict, i), x, {0}, {0}, {1}, {1}, x.elem());  // [B, m]
       Value xi = b.binary("subtract", row_at(rr, i), acc);
-      if (!unit) xi = b.binary("divide", xi, b.broadcast_in_dim(entry_at(d, i), {B, m}, {0}));
+      if (!unit) xi = b.binary("divide", xi, b.broadcast_in_dim(entry(b, d, i), {B, m}, {0}));
       return V{put_row(x, i, xi), strict, d, rr};
     })[0];
   }
@@ -113,27 +105,27 @@ Lu lu_factor(Mat& m, Value a) {
   V s = for_range(b, 0, 1, k, init, [&](Builder&, Value j, const V& st) {
     Value a = st[0], perm = st[1], info = st[2], piv = st[3];
     Value rows = m.iota(1, v), zero = b.constant(0, Type{a.elem(), v});
-    Value below = b.compare(Cmp::GE, rows, m.at(j, v));
-    Value score = b.select(below, b.unary("abs", m.col_at(a, j)), b.constant(-1, zero.type));
+    Value below = b.compare(Cmp::GE, rows, at_all(b, j, v));
+    Value score = b.select(below, b.unary("abs", column(b, a, j)), b.constant(-1, zero.type));
     Value top = reduce(b, score, {1}, "maximum", lowest(b, a.elem()));
     Value hit = b.compare(Cmp::EQ, score, b.broadcast_in_dim(top, v, {0}));
     Value p = reduce(b, b.select(hit, rows, m.idx(n, v)), {1}, "minimum", b.scalar_i(n, ElementType::kS64));
-    p = b.select(b.compare(Cmp::EQ, p, m.idx(n, {B})), m.at(j, {B}), p);  // a NaN column: no swap
+    p = b.select(b.compare(Cmp::EQ, p, m.idx(n, {B})), at_all(b, j, {B}), p);  // a NaN column: no swap
     Value p1 = b.binary("add", p, m.idx(1, {B}));
-    piv = b.select(b.compare(Cmp::EQ, m.iota(1, kd), m.at(j, kd)), b.broadcast_in_dim(p1, kd, {0}), piv);
+    piv = b.select(b.compare(Cmp::EQ, m.iota(1, kd), at_all(b, j, kd)), b.broadcast_in_dim(p1, kd, {0}), piv);
     a = m.swap(a, j, p);
     perm = m.swap(perm, j, p);
-    Value cj = m.col_at(a, j), dj = m.entry_at(cj, j);
+    Value cj = column(b, a, j), dj = entry(b, cj, j);
     Value singular = b.compare(Cmp::EQ, dj, b.constant(0, dj.type));
-    Value j1 = b.binary("add", m.at(j, {B}), m.idx(1, {B}));
+    Value j1 = b.binary("add", at_all(b, j, {B}), m.idx(1, {B}));
     info = b.select(b.binary("and", singular, b.compare(Cmp::EQ, info, m.idx(0, {B}))), j1, info);
     Value safe = b.select(singular, b.constant(1, dj.type), dj);
-    Value l = b.select(b.compare(Cmp::GT, rows, m.at(j, v)), b.binary("divide", cj, b.broadcast_in_dim(safe, v, {0})), zero);
+    Value l = b.select(b.compare(Cmp::GT, rows, at_all(b, j, v)), b.binary("divide", cj, b.broadcast_in_dim(safe, v, {0})), zero);
     l = b.select(b.broadcast_in_dim(singular, v, {0}), zero, l);
-    Value u = b.select(b.compare(Cmp::GT, m.iota(1, {B, q}), m.at(j, {B, q})), m.row_at(a, j),
+    Value u = b.select(b.compare(Cmp::GT, m.iota(1, {B, q}), at_all(b, j, {B, q})), m.row_at(a, j),
                        b.constant(0, Type{a.elem(), {B, q}}));  // row j right of the pivot
     a = b.binary("subtract", a, m.outer(l, u));
-    Value lcol = b.binary("and", b.compare(Cmp::GT, m.iota(1, d), m.at(j, d)), b.compare(Cmp::EQ, m.iota(2, d), m.at(j, d)));
+    Value lcol = b.binary("and", b.compare(Cmp::GT, m.iota(1, d), at_all(b, j, d)), b.compare(Cmp::EQ, m.iota(2, d), at_all(b, j, d)));
     a = b.select(lcol, b.broadcast_in_dim(l, d, {0, 1}), a);
     return V{a, perm, info, piv};
   });

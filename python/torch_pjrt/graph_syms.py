@@ -130,7 +130,6 @@ class SymPlan:
         return values
 
 
-
 # ------------------------------------------------------------------ graphs with symbolic shapes
 # dynamic=True (or Dynamo's automatic dynamic shapes) hands the backend a graph whose tensor sizes are
 # symbols. AOTAutograd traces it once with them symbolic; each call then lowers it for the sizes it brings
